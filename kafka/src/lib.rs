@@ -1,0 +1,17 @@
+//! Kafka plumbing that the sidecar, the joiner, the demo and the tests share.
+//!
+//! - [`KafkaConfig`]: how every featurelog part is told where Kafka is, with raw librdkafka
+//!   settings passed through.
+//! - [`admin`]: creating topics and waiting until they can be used.
+//! - [`DevBroker`]: librdkafka's in-process mock cluster, for trying featurelog with no Kafka
+//!   installed. Never for production, and never the proof that the Kafka path works: the tests
+//!   run against a real broker (`scripts/kafka.sh`).
+
+pub mod admin;
+mod config;
+mod dev_broker;
+mod error;
+
+pub use config::KafkaConfig;
+pub use dev_broker::DevBroker;
+pub use error::KafkaError;

@@ -1,0 +1,29 @@
+//! Compiles the protos with the protoc that the `protoc-bin-vendored` crate ships, so a build
+//! never needs a system protoc nor downloads one.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    let well_known = protoc_bin_vendored::include_path()?;
+    let protos = [
+        "proto/inference/grpc_service.proto",
+        "proto/featurelog/v1/feature_log.proto",
+        "proto/featurelog/v1/impression.proto",
+    ];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc);
+    // Tensor payloads can be megabytes: `Bytes` lets the sidecar slice them without copying.
+    config.bytes(["."]);
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_with_config(
+            config,
+            &protos.map(std::path::PathBuf::from),
+            &[std::path::PathBuf::from("proto"), well_known],
+        )?;
+    Ok(())
+}

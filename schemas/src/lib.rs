@@ -1,0 +1,26 @@
+//! The protobuf schemas of featurelog, compiled with prost and tonic.
+//!
+//! - [`inference`]: the Open Inference Protocol (KServe V2) gRPC service and messages, wire-compatible
+//!   with Triton, KServe and MLServer.
+//! - [`featurelog::v1`]: the records featurelog publishes: [`FeatureLog`](featurelog::v1::FeatureLog)
+//!   (what a model consumed, per candidate) and [`Impression`](featurelog::v1::Impression) (what the
+//!   app showed and what the user did).
+
+mod datatype;
+
+/// The Open Inference Protocol (KServe V2), package `inference`.
+#[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
+pub mod inference {
+    tonic::include_proto!("inference");
+}
+
+/// featurelog's own records, by package version.
+pub mod featurelog {
+    /// Version 1 of the record formats, package `featurelog.v1`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
+    pub mod v1 {
+        tonic::include_proto!("featurelog.v1");
+    }
+}
+
+pub use datatype::UnknownDataType;

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# A single-node Apache Kafka broker (KRaft, broker and controller in one process) for tests and
+# local runs, fetched from Maven Central with mvn. No Docker, no download outside the registries.
+#
+#   scripts/kafka.sh start    fetch the jars once (cached), format fresh storage, start, wait
+#   scripts/kafka.sh stop     stop it cleanly (SIGTERM, then SIGKILL after 30 s)
+#   scripts/kafka.sh status   say whether it runs, and where
+#
+# Environment:
+#   FEATURELOG_KAFKA_PORT   client port on 127.0.0.1 (default 9092; the controller takes port+1)
+#   FEATURELOG_KAFKA_CACHE  where jars and broker data live (default .cache/kafka in the repo)
+#   KAFKA_HEAP_OPTS         JVM heap flags (default -Xms256m -Xmx768m)
+# Exit codes: 0 done, 1 failed (the broker log's tail is printed), 2 bad usage.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+pom="$root/scripts/kafka/pom.xml"
+cache=${FEATURELOG_KAFKA_CACHE:-$root/.cache/kafka}
+port=${FEATURELOG_KAFKA_PORT:-9092}
+controller_port=$((port + 1))
+version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")
+libs="$cache/$version/libs"
+run="$cache/run-$port"
+pidfile="$run/kafka.pid"
+log="$run/kafka.log"
+
+say() { printf 'kafka.sh: %s\n' "$*" >&2; }
+
+running_pid() {
+  [[ -f $pidfile ]] || return 1
+  local pid
+  pid=$(<"$pidfile")
+  kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+fetch() {
+  if [[ -f $libs/.complete ]]; then return; fi
+  command -v mvn >/dev/null || { say "mvn is not installed (apt-get install maven)"; exit 1; }
+  say "fetching Apache Kafka $version from Maven Central into $libs"
+  local tmp="$cache/$version/libs.tmp"
+  rm -rf "$tmp"
+  mvn -B -q -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp"
+  rm -rf "$libs"
+  mv "$tmp" "$libs"
+  touch "$libs/.complete"
+}
+
+java_ok() {
+  command -v java >/dev/null || { say "java is not installed (Kafka $version needs Java 17+)"; return 1; }
+  local major
+  major=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/.*java.specification.version = \([0-9]*\).*/\1/p')
+  if [[ -z $major || $major -lt 17 ]]; then
+    say "Kafka $version needs Java 17 or newer; found ${major:-unknown}"
+    return 1
+  fi
+}
+
+write_config() {
+  mkdir -p "$run"
+  cat >"$run/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$run/data
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+PROPS
+  cat >"$run/log4j2.properties" <<'PROPS'
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = WARN
+PROPS
+}
+
+start() {
+  if pid=$(running_pid); then
+    say "already running (pid $pid) on 127.0.0.1:$port"
+    return 0
+  fi
+  if port_open "$port" || port_open "$controller_port"; then
+    say "port $port or $controller_port is taken by another process; set FEATURELOG_KAFKA_PORT"
+    exit 1
+  fi
+  java_ok || exit 1
+  fetch
+  write_config
+  # Fresh storage each start: tests must not depend on what an earlier run left behind.
+  rm -rf "$run/data"
+  local cp="$libs/*" cluster_id
+  local jvm=(java ${KAFKA_HEAP_OPTS:--Xms256m -Xmx768m} -XX:+UseG1GC -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$run/log4j2.properties" -cp "$cp")
+  cluster_id=$("${jvm[@]}" kafka.tools.StorageTool random-uuid 2>>"$log" | tail -n 1)
+  "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" >>"$log" 2>&1 || {
+    say "formatting the storage failed:"; tail -n 30 "$log" >&2; exit 1; }
+  say "starting Kafka $version on 127.0.0.1:$port (log: $log)"
+  nohup "${jvm[@]}" kafka.Kafka "$run/server.properties" >>"$log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  local deadline=$((SECONDS + 120))
+  until port_open "$port" && grep -q 'Kafka Server started' "$log"; do
+    if ! running_pid >/dev/null; then
+      say "the broker exited during start-up:"; tail -n 40 "$log" >&2; exit 1
+    fi
+    if ((SECONDS > deadline)); then
+      say "the broker did not start within 120 s:"; tail -n 40 "$log" >&2; stop; exit 1
+    fi
+    sleep 0.5
+  done
+  say "ready: FEATURELOG_KAFKA=127.0.0.1:$port"
+}
+
+stop() {
+  local pid
+  if ! pid=$(running_pid); then
+    say "not running"
+    rm -f "$pidfile"
+    return 0
+  fi
+  kill -TERM "$pid"
+  local deadline=$((SECONDS + 30))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS > deadline)); then
+      say "no clean stop within 30 s; killing pid $pid"
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.3
+  done
+  rm -f "$pidfile"
+  say "stopped"
+}
+
+status() {
+  if pid=$(running_pid); then
+    say "running (pid $pid) on 127.0.0.1:$port"
+  else
+    say "not running"
+    return 1
+  fi
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The one test command, for a fresh machine as for a developer's:
+#   1. installs what the build and the tests need and the machine lacks (Debian packages),
+#   2. checks formatting (cargo fmt) and lints (cargo clippy -D warnings),
+#   3. starts a real single-node Kafka broker with scripts/kafka.sh,
+#   4. runs every test of the workspace against it (FEATURELOG_KAFKA),
+#   5. stops the broker, even when the tests fail, and exits with the tests' status.
+# A broker that was already running before this script is reused and left running.
+#
+# CARGO_TARGET_DIR defaults to ~/.cache/featurelog/target, outside the clone, so repeated runs
+# (and CI on the same machine) reuse earlier builds; nothing depends on it existing.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/featurelog/target}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+port=${FEATURELOG_KAFKA_PORT:-9092}
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+install_missing() {
+  local apt=()
+  command -v cmake >/dev/null || apt+=(cmake)
+  command -v g++ >/dev/null || apt+=(g++)
+  command -v make >/dev/null || apt+=(make)
+  command -v pkg-config >/dev/null || apt+=(pkg-config)
+  dpkg -s libssl-dev >/dev/null 2>&1 || apt+=(libssl-dev)
+  dpkg -s zlib1g-dev >/dev/null 2>&1 || apt+=(zlib1g-dev)
+  command -v java >/dev/null || apt+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || apt+=(maven)
+  command -v python3 >/dev/null || apt+=(python3 python3-pip)
+  if ((${#apt[@]})); then
+    step "installing Debian packages: ${apt[*]}"
+    if [[ $(id -u) -ne 0 ]]; then
+      echo "test.sh: missing ${apt[*]}; install them (as root: apt-get install ${apt[*]})" >&2
+      exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt[@]}"
+  fi
+  command -v cargo >/dev/null || { echo "test.sh: cargo is not installed (rustup.rs)" >&2; exit 1; }
+  if [[ -f tests/requirements.txt ]] &&
+    ! python3 -c "$(sed -n 's/^# import: //p' tests/requirements.txt)" 2>/dev/null; then
+    step "installing Python test dependencies"
+    python3 -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+  fi
+}
+
+install_missing
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "building the tests"
+cargo test --workspace --locked --no-run
+
+started_kafka=false
+stop_kafka() {
+  if $started_kafka; then
+    step "stopping Kafka"
+    scripts/kafka.sh stop || true
+  fi
+}
+trap stop_kafka EXIT
+
+if ! FEATURELOG_KAFKA_PORT=$port scripts/kafka.sh status 2>/dev/null; then
+  step "starting Kafka"
+  FEATURELOG_KAFKA_PORT=$port scripts/kafka.sh start
+  started_kafka=true
+fi
+export FEATURELOG_KAFKA=127.0.0.1:$port
+
+step "cargo test (FEATURELOG_KAFKA=$FEATURELOG_KAFKA)"
+status=0
+cargo test --workspace --locked || status=$?
+exit "$status"

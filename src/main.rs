@@ -1,0 +1,84 @@
+//! The `featurelog` binary: parses the command line and hands each subcommand to the library
+//! that owns it. Exit codes: 0 success, 1 failure while running, 2 bad usage or configuration
+//! (and subcommands that are not available yet).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod dev_broker;
+
+/// Inference-side feature logging: record the features a model actually consumed, join them
+/// with what users did, and check them against an offline pipeline.
+#[derive(Debug, Parser)]
+#[command(name = "featurelog", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the logging proxy next to an Open Inference Protocol (KServe V2) model server:
+    /// forward every call unchanged and publish the allow-listed features to Kafka.
+    Sidecar(NotYet),
+    /// Join the sidecar's feature logs with impression and click events from Kafka and write
+    /// Parquet training rows, exactly once.
+    Join(NotYet),
+    /// Compare served features (Parquet) with an offline pipeline's and explain each skew.
+    Diff(NotYet),
+    /// Run the whole pipeline on this machine (model server, sidecar, traffic, joiner, diff) on
+    /// the embedded broker and print what it found.
+    Demo(NotYet),
+    /// Run an in-process Kafka-protocol broker (librdkafka's mock cluster) and print its
+    /// bootstrap address. For trying featurelog without installing Kafka, not for production:
+    /// it keeps everything in memory and loses it on exit.
+    DevBroker(dev_broker::Args),
+}
+
+/// Arguments of a subcommand that a later release fills in.
+#[derive(Debug, clap::Args)]
+struct NotYet {
+    /// Ignored until the subcommand exists.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    rest: Vec<String>,
+}
+
+fn not_yet(name: &str) -> ExitCode {
+    eprintln!(
+        "featurelog {name}: not available yet in this build. See the README's roadmap for when it lands."
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match cli.command {
+        Command::Sidecar(_) => not_yet("sidecar"),
+        Command::Join(_) => not_yet("join"),
+        Command::Diff(_) => not_yet("diff"),
+        Command::Demo(_) => not_yet("demo"),
+        Command::DevBroker(args) => report(dev_broker::run(args)),
+    }
+}
+
+/// Logs go to stderr so that stdout stays for what a command reports.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FEATURELOG_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Helpers for tests that need a real Kafka broker.
+//!
+//! The broker comes from `FEATURELOG_KAFKA` (bootstrap servers), which `scripts/test.sh` sets
+//! after starting one with `scripts/kafka.sh`. Without it a test is skipped with a loud message,
+//! except under `CI=true`, where it fails: CI must never pass by skipping the Kafka path.
+//!
+//! Every test creates its own topics with [`TestKafka::unique_topic`], so tests run in parallel
+//! and can be rerun against the same broker.
+#![allow(clippy::panic, clippy::expect_used)] // A failed precondition is a failed test here.
+
+use std::time::Duration;
+
+use featurelog_kafka::KafkaConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::FutureProducer;
+
+/// The environment variable that names the test broker.
+pub const KAFKA_ENV: &str = "FEATURELOG_KAFKA";
+
+/// A handle on the test broker.
+#[derive(Debug, Clone)]
+pub struct TestKafka {
+    /// How to reach it.
+    pub config: KafkaConfig,
+}
+
+/// True when running under CI, where nothing may be skipped.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The test broker, or `None` (after saying so on stderr) when none is configured outside CI.
+///
+/// # Panics
+/// Under `CI=true` when `FEATURELOG_KAFKA` is not set.
+pub fn kafka(test: &str) -> Option<TestKafka> {
+    match std::env::var(KAFKA_ENV) {
+        Ok(bootstrap) if !bootstrap.trim().is_empty() => Some(TestKafka {
+            config: KafkaConfig::new(bootstrap.trim()),
+        }),
+        _ if in_ci() => panic!(
+            "{test} needs a Kafka broker but {KAFKA_ENV} is not set; run the tests with scripts/test.sh"
+        ),
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: it needs a real Kafka broker. Start one with `scripts/kafka.sh start` \
+                 and set {KAFKA_ENV}=127.0.0.1:9092 (scripts/test.sh does both)."
+            );
+            None
+        }
+    }
+}
+
+impl TestKafka {
+    /// Creates a topic named `<prefix>-<random>` and waits until it can be used.
+    ///
+    /// # Panics
+    /// When the broker cannot be reached or refuses: the test cannot run.
+    pub async fn unique_topic(&self, prefix: &str, partitions: i32) -> String {
+        let topic = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+        featurelog_kafka::admin::ensure_topic(
+            &self.config,
+            &topic,
+            partitions,
+            1,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("test broker {:?}: {err}", self.config.bootstrap_servers));
+        topic
+    }
+
+    /// A unique consumer group id.
+    pub fn unique_group(&self, prefix: &str) -> String {
+        format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+    }
+
+    /// A producer that waits for the full ISR, as the sidecar's does.
+    pub fn producer(&self) -> FutureProducer {
+        self.config
+            .client_config(&[("acks", "all"), ("message.timeout.ms", "30000")])
+            .create()
+            .expect("producer for the test broker")
+    }
+
+    /// A consumer in a fresh group, reading `topic` from the beginning.
+    pub fn consumer(&self, topic: &str) -> StreamConsumer {
+        let consumer: StreamConsumer = self
+            .config
+            .client_config(&[
+                ("group.id", &self.unique_group("test")),
+                ("auto.offset.reset", "earliest"),
+                ("enable.auto.commit", "false"),
+            ])
+            .create()
+            .expect("consumer for the test broker");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        consumer
+    }
+}
