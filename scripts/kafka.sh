@@ -10,6 +10,8 @@
 #   FEATURELOG_KAFKA_PORT   client port on 127.0.0.1 (default 9092; the controller takes port+1)
 #   FEATURELOG_KAFKA_CACHE  where jars and broker data live (default .cache/kafka in the repo)
 #   KAFKA_HEAP_OPTS         JVM heap flags (default -Xms256m -Xmx768m)
+#   FEATURELOG_KAFKA_KEEP_DATA=1  start on the data of the previous run instead of fresh
+#                           storage (tests use it to restart a broker in the middle of traffic)
 # Exit codes: 0 done, 1 failed (the broker log's tail is printed), 2 bad usage.
 set -euo pipefail
 
@@ -41,7 +43,11 @@ fetch() {
   say "fetching Apache Kafka $version from Maven Central into $libs"
   local tmp="$cache/$version/libs.tmp"
   rm -rf "$tmp"
-  mvn -B -q -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp"
+  mkdir -p "$cache"
+  if ! mvn -B -q -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$tmp" >"$cache/mvn.log" 2>&1; then
+    say "mvn could not resolve Kafka $version:"; tail -n 40 "$cache/mvn.log" >&2; exit 1
+  fi
   rm -rf "$libs"
   mv "$tmp" "$libs"
   touch "$libs/.complete"
@@ -104,19 +110,25 @@ start() {
   java_ok || exit 1
   fetch
   write_config
-  # Fresh storage each start: tests must not depend on what an earlier run left behind.
-  rm -rf "$run/data"
   local cp="$libs/*" cluster_id
   local jvm=(java ${KAFKA_HEAP_OPTS:--Xms256m -Xmx768m} -XX:+UseG1GC -Djava.awt.headless=true
     "-Dlog4j2.configurationFile=$run/log4j2.properties" -cp "$cp")
-  cluster_id=$("${jvm[@]}" kafka.tools.StorageTool random-uuid 2>>"$log" | tail -n 1)
-  "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" >>"$log" 2>&1 || {
-    say "formatting the storage failed:"; tail -n 30 "$log" >&2; exit 1; }
+  if [[ ${FEATURELOG_KAFKA_KEEP_DATA:-} == 1 && -f $run/data/meta.properties ]]; then
+    say "keeping the data of the previous run"
+  else
+    # Fresh storage each start: tests must not depend on what an earlier run left behind.
+    rm -rf "$run/data"
+    cluster_id=$("${jvm[@]}" kafka.tools.StorageTool random-uuid 2>>"$log" | tail -n 1)
+    "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" >>"$log" 2>&1 || {
+      say "formatting the storage failed:"; tail -n 30 "$log" >&2; exit 1; }
+  fi
   say "starting Kafka $version on 127.0.0.1:$port (log: $log)"
+  local from
+  from=$(($(stat -c %s "$log" 2>/dev/null || echo 0) + 1))
   nohup "${jvm[@]}" kafka.Kafka "$run/server.properties" >>"$log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   local deadline=$((SECONDS + 120))
-  until port_open "$port" && grep -q 'Kafka Server started' "$log"; do
+  until port_open "$port" && tail -c +"$from" "$log" | grep -q 'Kafka Server started'; do
     if ! running_pid >/dev/null; then
       say "the broker exited during start-up:"; tail -n 40 "$log" >&2; exit 1
     fi

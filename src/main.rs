@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod dev_broker;
+mod sidecar;
+mod signals;
 
 /// Inference-side feature logging: record the features a model actually consumed, join them
 /// with what users did, and check them against an offline pipeline.
@@ -21,7 +23,7 @@ struct Cli {
 enum Command {
     /// Run the logging proxy next to an Open Inference Protocol (KServe V2) model server:
     /// forward every call unchanged and publish the allow-listed features to Kafka.
-    Sidecar(NotYet),
+    Sidecar(sidecar::SidecarArgs),
     /// Join the sidecar's feature logs with impression and click events from Kafka and write
     /// Parquet training rows, exactly once.
     Join(NotYet),
@@ -34,6 +36,33 @@ enum Command {
     /// bootstrap address. For trying featurelog without installing Kafka, not for production:
     /// it keeps everything in memory and loses it on exit.
     DevBroker(dev_broker::Args),
+    /// Serve the reference Open Inference Protocol model server (a small recommender that
+    /// scores candidates), for the demo, the tests and benchmarks.
+    ModelServer(sidecar::ModelServerArgs),
+}
+
+/// How a subcommand failed, which decides the exit code.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad usage or configuration: exit 2.
+    Config(anyhow::Error),
+    /// Failure while running: exit 1.
+    Run(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(err: anyhow::Error) -> Self {
+        Failure::Run(err)
+    }
+}
+
+/// The multi-threaded runtime the services run on.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }
 
 /// Arguments of a subcommand that a later release fills in.
@@ -55,7 +84,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
     match cli.command {
-        Command::Sidecar(_) => not_yet("sidecar"),
+        Command::Sidecar(args) => exit(sidecar::run(args)),
+        Command::ModelServer(args) => exit(sidecar::run_model_server(args)),
         Command::Join(_) => not_yet("join"),
         Command::Diff(_) => not_yet("diff"),
         Command::Demo(_) => not_yet("demo"),
@@ -71,6 +101,20 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+fn exit(result: Result<(), Failure>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Config(err)) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(err)) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {

@@ -15,6 +15,8 @@ fn feature(name: &str, datatype: DataType, row_shape: Vec<i64>, values: Values) 
         datatype: datatype as i32,
         row_shape,
         values: Some(values),
+        // A one-element column stands for a value shared by the whole request.
+        per_request: name == "user_segment",
     }
 }
 
@@ -50,6 +52,15 @@ fn sample_record() -> FeatureLog {
                 vec![],
                 Values {
                     int32_values: vec![i8::MIN.into(), 0, i8::MAX.into()],
+                    ..Values::default()
+                },
+            ),
+            feature(
+                "user_segment",
+                DataType::Int32,
+                vec![],
+                Values {
+                    int32_values: vec![7],
                     ..Values::default()
                 },
             ),
@@ -158,6 +169,7 @@ fn assert_same_column(got: &Feature, want: &Feature) {
     assert_eq!(got.name, want.name);
     assert_eq!(got.datatype, want.datatype, "{name}: datatype");
     assert_eq!(got.row_shape, want.row_shape, "{name}: row shape");
+    assert_eq!(got.per_request, want.per_request, "{name}: per request");
     let (g, w) = (got.values.as_ref().unwrap(), want.values.as_ref().unwrap());
     assert_eq!(g.bool_values, w.bool_values, "{name}: BOOL");
     assert_eq!(g.int32_values, w.int32_values, "{name}: INT8..INT32");

@@ -7,6 +7,7 @@
 //!   app showed and what the user did).
 
 mod datatype;
+pub mod tensor;
 
 /// The Open Inference Protocol (KServe V2), package `inference`.
 #[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]

@@ -8,6 +8,9 @@
 //! and can be rerun against the same broker.
 #![allow(clippy::panic, clippy::expect_used)] // A failed precondition is a failed test here.
 
+pub mod broker;
+pub mod serving;
+
 use std::time::Duration;
 
 use featurelog_kafka::KafkaConfig;
@@ -22,6 +25,39 @@ pub const KAFKA_ENV: &str = "FEATURELOG_KAFKA";
 pub struct TestKafka {
     /// How to reach it.
     pub config: KafkaConfig,
+}
+
+/// A message read by [`TestKafka::read`].
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// Its partition.
+    pub partition: i32,
+}
+
+impl Received {
+    /// The key as text.
+    pub fn key_str(&self) -> String {
+        String::from_utf8_lossy(self.key.as_deref().unwrap_or_default()).into_owned()
+    }
+}
+
+/// Polls `check` every 20 ms until it returns true or `timeout` passes; returns its last answer.
+/// For waiting on an observable state, never as a stand-in for one.
+pub async fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// True when running under CI, where nothing may be skipped.
@@ -81,6 +117,34 @@ impl TestKafka {
             .client_config(&[("acks", "all"), ("message.timeout.ms", "30000")])
             .create()
             .expect("producer for the test broker")
+    }
+
+    /// Reads `count` messages from `topic` (from the beginning), waiting up to `timeout` for them.
+    ///
+    /// # Panics
+    /// When fewer arrive in time.
+    pub async fn read(&self, topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
+        use rdkafka::Message as _;
+        let consumer = self.consumer(topic);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut out = Vec::with_capacity(count);
+        while out.len() < count {
+            let message = tokio::time::timeout_at(deadline, consumer.recv())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "only {} of {count} messages on {topic} within {timeout:?}",
+                        out.len()
+                    )
+                })
+                .expect("consuming");
+            out.push(Received {
+                key: message.key().map(<[u8]>::to_vec),
+                payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                partition: message.partition(),
+            });
+        }
+        out
     }
 
     /// A consumer in a fresh group, reading `topic` from the beginning.

@@ -1,0 +1,350 @@
+//! The sidecar's configuration: a TOML file, overridden by `FEATURELOG_SIDECAR__SECTION__KEY`
+//! environment variables, validated before anything starts (`--check-config` runs just this).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use featurelog_kafka::KafkaConfig;
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::SidecarError;
+
+/// The prefix of environment overrides: `FEATURELOG_SIDECAR__PUBLISH__TOPIC=x` sets
+/// `publish.topic`; single underscores stand for dashes (`QUEUE_CAPACITY` = `queue-capacity`).
+pub const ENV_PREFIX: &str = "FEATURELOG_SIDECAR__";
+
+/// Whether the sidecar logs or only forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Forward every call and log allow-listed features.
+    #[default]
+    Log,
+    /// Forward every call and log nothing (no Kafka connection is made).
+    PassThrough,
+}
+
+/// The whole sidecar configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SidecarConfig {
+    /// Where clients connect (gRPC over HTTP/2 cleartext).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The model server that calls are forwarded to, as `http://host:port`.
+    pub upstream: String,
+    /// `log` (default) or `pass-through`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// The name this sidecar writes into every record; defaults to `$HOSTNAME` (the pod name on
+    /// Kubernetes), else "sidecar".
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// The allow-list file: which features of which models are logged. Relative paths are
+    /// relative to this config file. Reloaded when it changes.
+    pub allow_list: PathBuf,
+    /// How often the allow-list file is checked for changes.
+    #[serde(default = "default_reload_interval", with = "humantime_serde")]
+    pub allow_list_reload_interval: Duration,
+    /// How long a shutdown waits for calls in flight, then for the producer to flush.
+    #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// The metrics and health endpoint.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Where Kafka is. Required in `log` mode. The producer's defaults (idempotent, zstd, 5 ms
+    /// linger, murmur2 partitioning as the Java client, 30 s message timeout) can all be
+    /// overridden in `[kafka.properties]`.
+    #[serde(default)]
+    pub kafka: Option<KafkaConfig>,
+    /// How records are published.
+    #[serde(default)]
+    pub publish: PublishConfig,
+}
+
+/// The HTTP endpoint for `/metrics`, `/healthz` and `/readyz`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of the endpoint; omit the section to use 0.0.0.0:9464.
+    pub listen: SocketAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
+        }
+    }
+}
+
+/// How records reach Kafka.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PublishConfig {
+    /// The topic FeatureLog records are published to (key = request id).
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// Calls waiting to be turned into records; when full, new ones are dropped and counted.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// Threads that decode calls and encode records, off the inference path.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// Calls whose request or response body is larger are forwarded but not logged.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// The controller that lowers the logged fraction while Kafka deliveries fail.
+    #[serde(default)]
+    pub adaptive: AdaptiveConfig,
+}
+
+/// The controller that lowers the logged fraction while deliveries fail.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct AdaptiveConfig {
+    /// Off keeps the fraction at 1.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How often delivery outcomes are looked at.
+    #[serde(default = "default_adaptive_interval", with = "humantime_serde")]
+    pub interval: Duration,
+    /// The lowest fraction the controller goes down to (a trickle that probes the broker).
+    #[serde(default = "default_min_fraction")]
+    pub min_fraction: f64,
+    /// The fraction is multiplied by this after an interval with failures.
+    #[serde(default = "default_decrease")]
+    pub decrease_factor: f64,
+    /// And raised by this after an interval with deliveries and no failures.
+    #[serde(default = "default_increase")]
+    pub increase_step: f64,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval: default_adaptive_interval(),
+            min_fraction: default_min_fraction(),
+            decrease_factor: default_decrease(),
+            increase_step: default_increase(),
+        }
+    }
+}
+
+impl Default for PublishConfig {
+    fn default() -> Self {
+        Self {
+            topic: default_topic(),
+            queue_capacity: default_queue_capacity(),
+            workers: default_workers(),
+            max_message_bytes: default_max_message_bytes(),
+            adaptive: AdaptiveConfig::default(),
+        }
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 8001))
+}
+fn default_reload_interval() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_shutdown_timeout() -> Duration {
+    Duration::from_secs(20)
+}
+fn default_topic() -> String {
+    "featurelog.feature-log.v1".into()
+}
+fn default_queue_capacity() -> usize {
+    10_000
+}
+fn default_workers() -> usize {
+    1
+}
+fn default_max_message_bytes() -> usize {
+    64 * 1024 * 1024
+}
+fn default_true() -> bool {
+    true
+}
+fn default_adaptive_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_min_fraction() -> f64 {
+    0.01
+}
+fn default_decrease() -> f64 {
+    0.5
+}
+fn default_increase() -> f64 {
+    0.1
+}
+
+impl SidecarConfig {
+    /// Reads `path`, applies environment overrides and validates the result.
+    pub fn load(path: &Path) -> Result<Self, SidecarError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SidecarError::Config {
+            path: path.to_owned(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        Self::from_toml_with_env(path, &text, std::env::vars())
+    }
+
+    /// Parses `text` (the file at `path`) with overrides from `env`, then validates.
+    pub fn from_toml_with_env(
+        path: &Path,
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, SidecarError> {
+        let err = |message: String| SidecarError::Config {
+            path: path.to_owned(),
+            message,
+        };
+        // The environment is passed in rather than read here so tests stay hermetic.
+        let mut figment = Figment::new().merge(Toml::string(text));
+        for (key, value) in env {
+            let Some(rest) = key.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let dotted = rest
+                .to_ascii_lowercase()
+                .replace("__", ".")
+                .replace('_', "-");
+            let parsed: figment::value::Value = value
+                .parse::<figment::value::Value>()
+                .unwrap_or_else(|_| value.clone().into());
+            figment = figment.merge(Serialized::global(&dotted, parsed));
+        }
+        let mut config: SidecarConfig = figment.extract().map_err(|e| err(e.to_string()))?;
+        if config.allow_list.is_relative() {
+            let base = path.parent().unwrap_or(Path::new("."));
+            config.allow_list = base.join(&config.allow_list);
+        }
+        config.validate().map_err(err)?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let uri: http::Uri = self
+            .upstream
+            .parse()
+            .map_err(|e| format!("upstream {:?} is not a URI: {e}", self.upstream))?;
+        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+            return Err(format!(
+                "upstream {:?} must look like http://host:port (the sidecar talks cleartext HTTP/2 to the model server next to it)",
+                self.upstream
+            ));
+        }
+        if self.mode == Mode::Log && self.kafka.is_none() {
+            return Err(
+                "mode is \"log\" but there is no [kafka] section with bootstrap-servers".into(),
+            );
+        }
+        let p = &self.publish;
+        if p.topic.is_empty() {
+            return Err("publish.topic is empty".into());
+        }
+        if p.queue_capacity == 0 || p.workers == 0 {
+            return Err("publish.queue-capacity and publish.workers must be at least 1".into());
+        }
+        let a = &p.adaptive;
+        if !(a.min_fraction > 0.0 && a.min_fraction <= 1.0) {
+            return Err("publish.adaptive.min-fraction must be in (0, 1]".into());
+        }
+        if !(a.decrease_factor > 0.0 && a.decrease_factor < 1.0) {
+            return Err("publish.adaptive.decrease-factor must be in (0, 1)".into());
+        }
+        if !(a.increase_step > 0.0 && a.increase_step <= 1.0) {
+            return Err("publish.adaptive.increase-step must be in (0, 1]".into());
+        }
+        if a.interval.is_zero() || self.allow_list_reload_interval.is_zero() {
+            return Err("intervals must be longer than zero".into());
+        }
+        Ok(())
+    }
+
+    /// The instance name written into records.
+    pub fn instance_name(&self) -> String {
+        self.instance
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "sidecar".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        upstream = "http://127.0.0.1:9001"
+        allow-list = "allow.toml"
+        [kafka]
+        bootstrap-servers = "127.0.0.1:9092"
+    "#;
+
+    fn parse(text: &str, env: &[(&str, &str)]) -> Result<SidecarConfig, SidecarError> {
+        SidecarConfig::from_toml_with_env(
+            Path::new("/etc/featurelog/sidecar.toml"),
+            text,
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let c = parse(MINIMAL, &[]).unwrap();
+        assert_eq!(c.listen.port(), 8001);
+        assert_eq!(c.mode, Mode::Log);
+        assert_eq!(c.publish.topic, "featurelog.feature-log.v1");
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(20));
+        // Relative to the config file, not to wherever the process was started.
+        assert_eq!(c.allow_list, Path::new("/etc/featurelog/allow.toml"));
+    }
+
+    #[test]
+    fn environment_overrides_nested_keys_and_durations() {
+        let c = parse(
+            MINIMAL,
+            &[
+                ("FEATURELOG_SIDECAR__PUBLISH__TOPIC", "other"),
+                ("FEATURELOG_SIDECAR__PUBLISH__QUEUE_CAPACITY", "5"),
+                ("FEATURELOG_SIDECAR__SHUTDOWN_TIMEOUT", "3s"),
+                ("FEATURELOG_SIDECAR__KAFKA__BOOTSTRAP_SERVERS", "k:1"),
+                ("UNRELATED", "x"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.publish.topic, "other");
+        assert_eq!(c.publish.queue_capacity, 5);
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(3));
+        assert_eq!(c.kafka.unwrap().bootstrap_servers, "k:1");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_with_the_file_named() {
+        let err = parse(&format!("{MINIMAL}\nlisten-addr = \"x\""), &[]).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("sidecar.toml") && msg.contains("listen-addr"),
+            "{msg}"
+        );
+
+        let err = parse(&MINIMAL.replace("http://", "grpc://"), &[]).unwrap_err();
+        assert!(err.to_string().contains("http://host:port"), "{err}");
+
+        let no_kafka = "upstream = \"http://a:1\"\nallow-list = \"a.toml\"";
+        assert!(
+            parse(no_kafka, &[])
+                .unwrap_err()
+                .to_string()
+                .contains("[kafka]")
+        );
+        let pass = format!("{no_kafka}\nmode = \"pass-through\"");
+        assert_eq!(parse(&pass, &[]).unwrap().mode, Mode::PassThrough);
+    }
+}

@@ -1,0 +1,523 @@
+//! Turning one inference call (request and response) into a [`FeatureLog`] record, as the
+//! allow-list rule for its model says: only the listed inputs and outputs, one row per candidate,
+//! values exactly as the model received them, optionally only the top K candidates.
+
+use std::time::SystemTime;
+
+use featurelog_schemas::featurelog::v1::{Feature, FeatureLog};
+use featurelog_schemas::inference::infer_parameter::ParameterChoice;
+use featurelog_schemas::inference::{InferParameter, ModelInferRequest, ModelInferResponse};
+use featurelog_schemas::tensor::{self, Tensor, TensorError};
+
+use crate::allowlist::ModelRule;
+
+/// Why a call could not be turned into a record. The call itself was still forwarded.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExtractError {
+    /// A tensor could not be decoded.
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+    /// A tensor's first dimension is neither the candidate count nor 1.
+    #[error("tensor {tensor:?} has {first} rows but the request has {rows} candidates")]
+    Rows {
+        /// The tensor.
+        tensor: String,
+        /// Its first dimension.
+        first: i64,
+        /// The candidate count.
+        rows: usize,
+    },
+    /// The candidate ids could not be read.
+    #[error("candidate ids from {source_name:?}: {reason}")]
+    CandidateIds {
+        /// The tensor or parameter named in the allow list.
+        source_name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The output to rank by is missing or not one number per candidate.
+    #[error("top-k by {output:?}: {reason}")]
+    TopK {
+        /// The output.
+        output: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ExtractError {
+    /// A short, stable reason for metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ExtractError::Tensor(e) => e.reason(),
+            ExtractError::Rows { .. } => "row_mismatch",
+            ExtractError::CandidateIds { .. } => "bad_candidate_ids",
+            ExtractError::TopK { .. } => "bad_top_k_output",
+        }
+    }
+}
+
+/// What is known about a call besides its messages.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// The request id chosen by the proxy.
+    pub request_id: &'a str,
+    /// When the sidecar received the call.
+    pub served_at: SystemTime,
+    /// This sidecar's instance name.
+    pub instance: &'a str,
+    /// The allow-list version that chose the rule.
+    pub allow_list_version: &'a str,
+}
+
+fn input_tensor(request: &ModelInferRequest, name: &str) -> Result<Option<Tensor>, ExtractError> {
+    let raw = &request.raw_input_contents;
+    if !raw.is_empty() && raw.len() != request.inputs.len() {
+        return Err(TensorError::RawCountMismatch {
+            inputs: request.inputs.len(),
+            raw: raw.len(),
+        }
+        .into());
+    }
+    let Some((i, input)) = request
+        .inputs
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.name == name)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(tensor::decode(
+        &input.name,
+        &input.datatype,
+        &input.shape,
+        input.contents.as_ref(),
+        raw.get(i),
+    )?))
+}
+
+fn output_tensor(
+    response: &ModelInferResponse,
+    name: &str,
+) -> Result<Option<Tensor>, ExtractError> {
+    let raw = &response.raw_output_contents;
+    let Some((i, output)) = response
+        .outputs
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.name == name)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(tensor::decode(
+        &output.name,
+        &output.datatype,
+        &output.shape,
+        output.contents.as_ref(),
+        raw.get(i),
+    )?))
+}
+
+fn parameter_string(p: &InferParameter) -> String {
+    match &p.parameter_choice {
+        Some(ParameterChoice::BoolParam(b)) => b.to_string(),
+        Some(ParameterChoice::Int64Param(i)) => i.to_string(),
+        Some(ParameterChoice::StringParam(s)) => s.clone(),
+        Some(ParameterChoice::DoubleParam(d)) => d.to_string(),
+        Some(ParameterChoice::Uint64Param(u)) => u.to_string(),
+        None => String::new(),
+    }
+}
+
+/// A column before row selection: the tensor and whether it has one row per candidate.
+struct Column {
+    tensor: Tensor,
+    per_request: bool,
+    row_shape: Vec<i64>,
+    per_row: usize,
+}
+
+fn column(tensor: Tensor, rows: usize) -> Result<Column, ExtractError> {
+    let (per_request, row_shape) = match tensor.shape.first() {
+        None => (true, Vec::new()),
+        Some(&n) if usize::try_from(n).is_ok_and(|n| n == rows) => {
+            (false, tensor.shape[1..].to_vec())
+        }
+        Some(1) => (true, tensor.shape[1..].to_vec()),
+        Some(&n) => {
+            return Err(ExtractError::Rows {
+                tensor: tensor.name.clone(),
+                first: n,
+                rows,
+            });
+        }
+    };
+    // The shape was validated against the data when the tensor was decoded.
+    let per_row = tensor::element_count(&tensor.name, &row_shape)?;
+    Ok(Column {
+        tensor,
+        per_request,
+        row_shape,
+        per_row,
+    })
+}
+
+impl Column {
+    fn into_feature(self, selected: Option<&[usize]>) -> Feature {
+        let values = match selected {
+            Some(rows) if !self.per_request => self.tensor.values.select_rows(rows, self.per_row),
+            _ => self.tensor.values,
+        };
+        Feature {
+            name: self.tensor.name,
+            datatype: self.tensor.datatype as i32,
+            row_shape: self.row_shape,
+            values: Some(values.into_values()),
+            per_request: self.per_request,
+        }
+    }
+}
+
+fn top_k_rows(
+    columns: &[Column],
+    by: &str,
+    k: usize,
+    rows: usize,
+) -> Result<Option<Vec<usize>>, ExtractError> {
+    let err = |reason: &str| ExtractError::TopK {
+        output: by.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let col = columns
+        .iter()
+        .find(|c| c.tensor.name == by)
+        .ok_or_else(|| err("the response has no such output"))?;
+    if col.per_request || col.per_row != 1 {
+        return Err(err("it must hold one number per candidate"));
+    }
+    let scores = col
+        .tensor
+        .values
+        .to_f64()
+        .ok_or_else(|| err("it is not numeric"))?;
+    if k >= rows {
+        return Ok(None);
+    }
+    let mut order: Vec<usize> = (0..rows).collect();
+    // Highest first; NaN ranks last so a broken score never pushes out a real one.
+    order.sort_by(|&a, &b| {
+        let (x, y) = (scores[a], scores[b]);
+        y.partial_cmp(&x)
+            .unwrap_or_else(|| x.is_nan().cmp(&y.is_nan()))
+    });
+    order.truncate(k);
+    Ok(Some(order))
+}
+
+/// Builds the record for one call.
+pub fn extract(
+    rule: &ModelRule,
+    request: &ModelInferRequest,
+    response: Option<&ModelInferResponse>,
+    ctx: CallContext<'_>,
+) -> Result<FeatureLog, ExtractError> {
+    // Candidate ids first: they fix the row count when present.
+    let mut candidate_ids = match (&rule.candidate_ids_input, &rule.candidate_ids_parameter) {
+        (Some(name), _) => {
+            let t = input_tensor(request, name)?.ok_or_else(|| ExtractError::CandidateIds {
+                source_name: name.clone(),
+                reason: "the request has no such input".into(),
+            })?;
+            t.values
+                .to_ids()
+                .ok_or_else(|| ExtractError::CandidateIds {
+                    source_name: name.clone(),
+                    reason: "ids must be integers or BYTES".into(),
+                })?
+        }
+        (None, Some(param)) => match request.parameters.get(param) {
+            Some(p) => parameter_string(p)
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .collect(),
+            None => {
+                return Err(ExtractError::CandidateIds {
+                    source_name: param.clone(),
+                    reason: "the request has no such parameter".into(),
+                });
+            }
+        },
+        (None, None) => Vec::new(),
+    };
+
+    let mut inputs = Vec::with_capacity(rule.features.len());
+    for name in &rule.features {
+        if let Some(t) = input_tensor(request, name)? {
+            inputs.push(t);
+        }
+    }
+    let mut outputs = Vec::with_capacity(rule.outputs.len() + 1);
+    if let Some(response) = response {
+        for name in &rule.outputs {
+            if let Some(t) = output_tensor(response, name)? {
+                outputs.push(t);
+            }
+        }
+    }
+
+    let rows = if rule.candidate_ids_input.is_some() || rule.candidate_ids_parameter.is_some() {
+        candidate_ids.len()
+    } else {
+        inputs
+            .iter()
+            .chain(&outputs)
+            .filter_map(|t| t.shape.first())
+            .filter_map(|&n| usize::try_from(n).ok())
+            .max()
+            .unwrap_or(1)
+    };
+
+    let features: Vec<Column> = inputs
+        .into_iter()
+        .map(|t| column(t, rows))
+        .collect::<Result<_, _>>()?;
+    let mut output_columns: Vec<Column> = outputs
+        .into_iter()
+        .map(|t| column(t, rows))
+        .collect::<Result<_, _>>()?;
+
+    let selected = match &rule.top_k {
+        Some(top) => {
+            // The ranking output need not be logged itself.
+            if !output_columns.iter().any(|c| c.tensor.name == top.by) {
+                let t = response
+                    .map(|r| output_tensor(r, &top.by))
+                    .transpose()?
+                    .flatten()
+                    .ok_or_else(|| ExtractError::TopK {
+                        output: top.by.clone(),
+                        reason: "the response has no such output".into(),
+                    })?;
+                let ranked = [column(t, rows)?];
+                top_k_rows(&ranked, &top.by, top.k, rows)?
+            } else {
+                top_k_rows(&output_columns, &top.by, top.k, rows)?
+            }
+        }
+        None => None,
+    };
+    let row_count = match &selected {
+        Some(rows) => {
+            if !candidate_ids.is_empty() {
+                candidate_ids = rows.iter().map(|&r| candidate_ids[r].clone()).collect();
+            }
+            rows.len()
+        }
+        None => rows,
+    };
+
+    let served_at = ctx
+        .served_at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| prost_types::Timestamp {
+            seconds: d.as_secs() as i64,
+            nanos: d.subsec_nanos() as i32,
+        })
+        .ok();
+    Ok(FeatureLog {
+        request_id: ctx.request_id.to_owned(),
+        model_name: request.model_name.clone(),
+        model_version: request.model_version.clone(),
+        served_at,
+        sidecar_instance: ctx.instance.to_owned(),
+        allow_list_version: ctx.allow_list_version.to_owned(),
+        row_count: u32::try_from(row_count).unwrap_or(u32::MAX),
+        candidate_ids,
+        features: features
+            .into_iter()
+            .map(|c| c.into_feature(selected.as_deref()))
+            .collect(),
+        outputs: output_columns
+            .drain(..)
+            .map(|c| c.into_feature(selected.as_deref()))
+            .collect(),
+        parameters: rule
+            .parameters
+            .iter()
+            .filter_map(|p| {
+                request
+                    .parameters
+                    .get(p)
+                    .map(|v| (p.clone(), parameter_string(v)))
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allowlist::TopK;
+    use featurelog_schemas::featurelog::v1::DataType;
+    use featurelog_schemas::inference::model_infer_request::InferInputTensor;
+    use featurelog_schemas::inference::model_infer_response::InferOutputTensor;
+    use featurelog_schemas::tensor::TensorValues;
+
+    fn input(name: &str, dt: &str, shape: &[i64], v: &TensorValues) -> InferInputTensor {
+        InferInputTensor {
+            name: name.into(),
+            datatype: dt.into(),
+            shape: shape.to_vec(),
+            parameters: Default::default(),
+            contents: Some(v.to_contents()),
+        }
+    }
+
+    fn request() -> ModelInferRequest {
+        ModelInferRequest {
+            model_name: "ranker".into(),
+            id: "r1".into(),
+            inputs: vec![
+                input(
+                    "item_id",
+                    "INT64",
+                    &[3],
+                    &TensorValues::Int64(vec![7, 8, 9]),
+                ),
+                input("user_age", "INT32", &[1], &TensorValues::Int32(vec![33])),
+                input(
+                    "price",
+                    "FP32",
+                    &[3],
+                    &TensorValues::Fp32(vec![1.0, 2.0, 3.0]),
+                ),
+                input("secret", "FP32", &[3], &TensorValues::Fp32(vec![9.0; 3])),
+                input(
+                    "emb",
+                    "FP32",
+                    &[3, 2],
+                    &TensorValues::Fp32(vec![0.0, 0.1, 1.0, 1.1, 2.0, 2.1]),
+                ),
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn response() -> ModelInferResponse {
+        ModelInferResponse {
+            model_name: "ranker".into(),
+            outputs: vec![InferOutputTensor {
+                name: "score".into(),
+                datatype: "FP32".into(),
+                shape: vec![3],
+                parameters: Default::default(),
+                contents: Some(TensorValues::Fp32(vec![0.2, 0.9, 0.5]).to_contents()),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn rule() -> ModelRule {
+        ModelRule {
+            name: "ranker".into(),
+            version: None,
+            features: vec![
+                "user_age".into(),
+                "price".into(),
+                "emb".into(),
+                "absent".into(),
+            ],
+            outputs: vec!["score".into()],
+            candidate_ids_input: Some("item_id".into()),
+            candidate_ids_parameter: None,
+            parameters: vec![],
+            sample_rate: 1.0,
+            top_k: None,
+        }
+    }
+
+    fn ctx() -> CallContext<'static> {
+        CallContext {
+            request_id: "r1",
+            served_at: SystemTime::UNIX_EPOCH,
+            instance: "test",
+            allow_list_version: "v1",
+        }
+    }
+
+    #[test]
+    fn only_allow_listed_tensors_are_logged_one_row_per_candidate() {
+        let log = extract(&rule(), &request(), Some(&response()), ctx()).unwrap();
+        assert_eq!(log.row_count, 3);
+        assert_eq!(log.candidate_ids, ["7", "8", "9"]);
+        let names: Vec<_> = log.features.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["user_age", "price", "emb"]);
+        let age = &log.features[0];
+        assert!(age.per_request);
+        assert_eq!(age.values.as_ref().unwrap().int32_values, [33]);
+        let emb = &log.features[2];
+        assert_eq!(emb.row_shape, [2]);
+        assert!(!emb.per_request);
+        assert_eq!(emb.datatype, DataType::Fp32 as i32);
+        assert_eq!(
+            log.outputs[0].values.as_ref().unwrap().fp32_values,
+            [0.2, 0.9, 0.5]
+        );
+    }
+
+    #[test]
+    fn top_k_keeps_the_best_candidates_in_rank_order() {
+        let mut r = rule();
+        r.top_k = Some(TopK {
+            k: 2,
+            by: "score".into(),
+        });
+        let log = extract(&r, &request(), Some(&response()), ctx()).unwrap();
+        assert_eq!(log.row_count, 2);
+        assert_eq!(log.candidate_ids, ["8", "9"]);
+        assert_eq!(
+            log.features[1].values.as_ref().unwrap().fp32_values,
+            [2.0, 3.0]
+        );
+        assert_eq!(
+            log.features[2].values.as_ref().unwrap().fp32_values,
+            [1.0, 1.1, 2.0, 2.1]
+        );
+        assert_eq!(log.features[0].values.as_ref().unwrap().int32_values, [33]);
+        assert_eq!(
+            log.outputs[0].values.as_ref().unwrap().fp32_values,
+            [0.9, 0.5]
+        );
+    }
+
+    #[test]
+    fn a_tensor_with_the_wrong_row_count_is_a_counted_reason() {
+        let mut req = request();
+        req.inputs[2] = input("price", "FP32", &[2], &TensorValues::Fp32(vec![1.0, 2.0]));
+        let err = extract(&rule(), &req, Some(&response()), ctx()).unwrap_err();
+        assert_eq!(err.reason(), "row_mismatch");
+        let mut req = request();
+        req.inputs[2].shape = vec![4];
+        let err = extract(&rule(), &req, Some(&response()), ctx()).unwrap_err();
+        assert_eq!(err.reason(), "shape_mismatch");
+    }
+
+    #[test]
+    fn raw_contents_decode_to_the_same_record_as_typed() {
+        let typed = request();
+        let mut raw = typed.clone();
+        raw.raw_input_contents = raw
+            .inputs
+            .iter_mut()
+            .map(|i| {
+                let t = tensor::decode(&i.name, &i.datatype, &i.shape, i.contents.as_ref(), None)
+                    .unwrap();
+                i.contents = None;
+                t.values.to_raw_as(t.datatype)
+            })
+            .collect();
+        let a = extract(&rule(), &typed, Some(&response()), ctx()).unwrap();
+        let b = extract(&rule(), &raw, Some(&response()), ctx()).unwrap();
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,77 @@
+//! The operator's HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` (the process
+//! is up) and `/readyz` (the proxy accepts calls; 503 while starting or shutting down).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// Serves the endpoint until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(err) => {
+                    tracing::warn!(%err, "metrics endpoint: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (metrics, ready) = (metrics.clone(), ready.clone());
+        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            let response = route(request.uri().path(), &metrics, &ready);
+            async move { Ok::<_, Infallible>(response) }
+        });
+        tokio::spawn(async move {
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn route(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match path {
+        "/metrics" => (
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.render(),
+        ),
+        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        "/readyz" if ready.load(Ordering::SeqCst) => {
+            (StatusCode::OK, "text/plain", "ready\n".to_owned())
+        }
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "not ready\n".to_owned(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /metrics, /healthz or /readyz\n".to_owned(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        response.headers_mut().insert("content-type", v);
+    }
+    response
+}

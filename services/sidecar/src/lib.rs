@@ -1,0 +1,181 @@
+//! The featurelog sidecar: a gRPC proxy beside an Open Inference Protocol model server that
+//! forwards every call unchanged and publishes the allow-listed features of each inference to
+//! Kafka as a `featurelog.v1.FeatureLog`, keyed by request id.
+//!
+//! - [`config`]: the config file and its environment overrides.
+//! - [`allowlist`]: what is logged, per model; hot-reloaded.
+//! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer.
+//! - [`publisher`]: the bounded queue, decoding threads, producer and adaptive controller.
+//! - [`extract`]: one call to one record.
+//! - [`metrics`], [`http`]: what an operator sees.
+//!
+//! [`start`] runs it all; the returned [`Sidecar`] shuts it down in order: stop accepting,
+//! finish the calls in flight, drain the queue, flush the producer.
+
+pub mod allowlist;
+pub mod config;
+mod error;
+pub mod extract;
+pub mod http;
+pub mod metrics;
+pub mod proxy;
+pub mod publisher;
+pub mod sampling;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{Mode, SidecarConfig};
+pub use error::SidecarError;
+
+use crate::allowlist::AllowListHandle;
+use crate::metrics::Metrics;
+use crate::publisher::Publisher;
+
+/// A running sidecar.
+pub struct Sidecar {
+    /// Where clients connect.
+    pub local_addr: SocketAddr,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+    /// Its metrics.
+    pub metrics: Arc<Metrics>,
+    /// The allow list in force (log mode only).
+    pub allow_list: Option<AllowListHandle>,
+    config: SidecarConfig,
+    shutdown: CancellationToken,
+    ready: Arc<AtomicBool>,
+    proxy_task: JoinHandle<()>,
+    publisher: Option<Arc<Publisher>>,
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, SidecarError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| SidecarError::Bind { addr, source })
+}
+
+/// Starts the sidecar: loads the allow list, connects the producer, binds both ports. Returns
+/// once it accepts calls. Cancelling `shutdown` stops accepting; call [`Sidecar::wait`] to
+/// finish the shutdown.
+pub async fn start(
+    config: SidecarConfig,
+    shutdown: CancellationToken,
+) -> Result<Sidecar, SidecarError> {
+    let metrics = Arc::new(Metrics::new());
+    let (allow_list, publisher) = match (config.mode, &config.kafka) {
+        (Mode::Log, Some(kafka)) => {
+            let allow_list = AllowListHandle::load(&config.allow_list)?;
+            metrics.allow_list_reloaded(&allow_list.current().version, true);
+            tokio::spawn(allow_list.clone().watch(
+                config.allow_list_reload_interval,
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+            let publisher = Publisher::start(
+                kafka,
+                &config.publish,
+                allow_list.clone(),
+                metrics.clone(),
+                config.instance_name(),
+                shutdown.clone(),
+            )?;
+            (Some(allow_list), Some(Arc::new(publisher)))
+        }
+        _ => (None, None),
+    };
+    let proxy = proxy::Proxy::new(
+        &config.upstream,
+        metrics.clone(),
+        publisher.clone(),
+        config.publish.max_message_bytes,
+    )
+    .map_err(|message| SidecarError::Config {
+        path: "upstream".into(),
+        message,
+    })?;
+    let listener = bind(config.listen).await?;
+    let metrics_listener = bind(config.metrics.listen).await?;
+    let local_addr = listener.local_addr().map_err(|source| SidecarError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let metrics_addr = metrics_listener
+        .local_addr()
+        .map_err(|source| SidecarError::Bind {
+            addr: config.metrics.listen,
+            source,
+        })?;
+    let ready = Arc::new(AtomicBool::new(true));
+    // The metrics endpoint outlives the proxy's drain so the drain itself can be watched; it
+    // stops with the process.
+    tokio::spawn(http::serve(
+        metrics_listener,
+        metrics.clone(),
+        ready.clone(),
+        CancellationToken::new(),
+    ));
+    let proxy_task = tokio::spawn(proxy::serve(
+        listener,
+        Arc::new(proxy),
+        shutdown.clone(),
+        config.shutdown_timeout,
+    ));
+    tracing::info!(
+        listen = %local_addr,
+        upstream = %config.upstream,
+        mode = ?config.mode,
+        metrics = %metrics_addr,
+        allow_list = ?allow_list.as_ref().map(|a| a.current().version.clone()),
+        "sidecar started"
+    );
+    Ok(Sidecar {
+        local_addr,
+        metrics_addr,
+        metrics,
+        allow_list,
+        config,
+        shutdown,
+        ready,
+        proxy_task,
+        publisher,
+    })
+}
+
+impl Sidecar {
+    /// Asks the sidecar to stop (the same as cancelling the token given to [`start`]).
+    pub fn stop(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits for the shutdown: the proxy drains its calls, then the publisher drains its queue
+    /// and flushes the producer, each within the configured shutdown timeout. Returns the number
+    /// of records that Kafka had not acknowledged when the flush gave up.
+    pub async fn wait(self) -> usize {
+        self.shutdown.cancelled().await;
+        self.ready.store(false, Ordering::SeqCst);
+        let _ = self.proxy_task.await;
+        let Some(publisher) = self.publisher else {
+            return 0;
+        };
+        // The proxy's connections are gone, so nothing else holds the publisher.
+        match Arc::try_unwrap(publisher) {
+            Ok(publisher) => {
+                let left = publisher.shutdown(self.config.shutdown_timeout).await;
+                if left > 0 {
+                    tracing::warn!(left, "records not acknowledged by Kafka at shutdown");
+                }
+                left
+            }
+            Err(_) => {
+                tracing::warn!("calls still in flight at shutdown; their records are lost");
+                0
+            }
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The sidecar's Prometheus metrics. Each sidecar owns its registry (no global recorder), so
+//! several sidecars in one process, as in the tests, count separately.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label of a call: which RPC and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// `model_infer` or `other` (every other method, passed through).
+    pub method: &'static str,
+    /// `ok`, `error` (the upstream answered with an error status) or `upstream_unavailable`.
+    pub outcome: &'static str,
+}
+
+/// A reason label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    /// Why.
+    pub reason: &'static str,
+}
+
+/// An allow-list version label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Version {
+    /// The version.
+    pub version: String,
+}
+
+/// Every metric of one sidecar.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Calls forwarded, by method and outcome.
+    pub calls: Family<CallLabels, Counter>,
+    /// FeatureLog records handed to Kafka and acknowledged.
+    pub records_delivered: Counter,
+    /// FeatureLog records produced (handed to the producer).
+    pub records_produced: Counter,
+    /// Candidate rows in produced records.
+    pub rows_produced: Counter,
+    /// Bytes of the full requests of logged calls (before the allow list).
+    pub request_bytes: Counter,
+    /// Bytes of the records produced (after the allow list).
+    pub record_bytes: Counter,
+    /// Calls that were to be logged but were not, by reason.
+    pub dropped: Family<Reason, Counter>,
+    /// Calls not logged by design: model not allow-listed, not sampled, failed call.
+    pub skipped: Family<Reason, Counter>,
+    /// Calls waiting for a publisher thread.
+    pub queue_depth: Gauge,
+    /// Records inside the producer, not yet acknowledged.
+    pub producer_in_flight: Gauge,
+    /// Records the broker did not acknowledge in time.
+    pub delivery_errors: Counter,
+    /// Time from produce to acknowledgement.
+    pub delivery_latency: Histogram,
+    /// Time the sidecar adds to a ModelInfer call (its total time minus the upstream's).
+    pub added_latency: Histogram,
+    /// The fraction of logged calls that the adaptive controller lets through.
+    pub logged_fraction: Gauge<f64, AtomicU64>,
+    /// Allow-list reloads, by outcome (`applied`, `refused`).
+    pub allow_list_reloads: Family<Reason, Counter>,
+    /// The allow-list version in force (value 1).
+    pub allow_list_version: Family<Version, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered under `featurelog_sidecar_`.
+    pub fn new() -> Self {
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("featurelog_sidecar");
+        let m = Self {
+            registry: Registry::default(),
+            calls: Family::default(),
+            records_delivered: Counter::default(),
+            records_produced: Counter::default(),
+            rows_produced: Counter::default(),
+            request_bytes: Counter::default(),
+            record_bytes: Counter::default(),
+            dropped: Family::default(),
+            skipped: Family::default(),
+            queue_depth: Gauge::default(),
+            producer_in_flight: Gauge::default(),
+            delivery_errors: Counter::default(),
+            delivery_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
+            added_latency: Histogram::new(exponential_buckets(0.00002, 2.0, 18)),
+            logged_fraction: Gauge::default(),
+            allow_list_reloads: Family::default(),
+            allow_list_version: Family::default(),
+        };
+        registry.register(
+            "calls",
+            "Calls forwarded, by method and outcome",
+            m.calls.clone(),
+        );
+        registry.register(
+            "records_delivered",
+            "FeatureLog records acknowledged by Kafka",
+            m.records_delivered.clone(),
+        );
+        registry.register(
+            "records_produced",
+            "FeatureLog records handed to the producer",
+            m.records_produced.clone(),
+        );
+        registry.register(
+            "rows_produced",
+            "Candidate rows in produced records",
+            m.rows_produced.clone(),
+        );
+        registry.register(
+            "request_bytes",
+            "Bytes of the full requests of logged calls, before the allow list",
+            m.request_bytes.clone(),
+        );
+        registry.register(
+            "record_bytes",
+            "Bytes of produced records, after the allow list",
+            m.record_bytes.clone(),
+        );
+        registry.register(
+            "dropped",
+            "Calls that should have been logged but were not, by reason",
+            m.dropped.clone(),
+        );
+        registry.register(
+            "skipped",
+            "Calls not logged by design (not allow-listed, not sampled, failed)",
+            m.skipped.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Calls waiting for a publisher thread",
+            m.queue_depth.clone(),
+        );
+        registry.register(
+            "producer_in_flight",
+            "Records in the producer not yet acknowledged",
+            m.producer_in_flight.clone(),
+        );
+        registry.register(
+            "delivery_errors",
+            "Records Kafka did not acknowledge",
+            m.delivery_errors.clone(),
+        );
+        registry.register(
+            "delivery_latency_seconds",
+            "Time from produce to acknowledgement",
+            m.delivery_latency.clone(),
+        );
+        registry.register(
+            "added_latency_seconds",
+            "Latency the sidecar adds to a ModelInfer call",
+            m.added_latency.clone(),
+        );
+        registry.register(
+            "logged_fraction",
+            "Fraction of loggable calls the adaptive controller lets through",
+            m.logged_fraction.clone(),
+        );
+        registry.register(
+            "allow_list_reloads",
+            "Allow-list reloads by outcome",
+            m.allow_list_reloads.clone(),
+        );
+        registry.register(
+            "allow_list_version",
+            "The allow-list version in force",
+            m.allow_list_version.clone(),
+        );
+        m.logged_fraction.set(1.0);
+        Self {
+            registry: root,
+            ..m
+        }
+    }
+
+    /// Counts a dropped call.
+    pub fn drop_call(&self, reason: &'static str) {
+        self.dropped.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// Counts a call skipped by design.
+    pub fn skip_call(&self, reason: &'static str) {
+        self.skipped.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// The count of drops for `reason`.
+    pub fn dropped_count(&self, reason: &'static str) -> u64 {
+        self.dropped.get_or_create(&Reason { reason }).get()
+    }
+
+    /// Records an allow-list reload attempt.
+    pub fn allow_list_reloaded(&self, version: &str, applied: bool) {
+        let reason = if applied { "applied" } else { "refused" };
+        self.allow_list_reloads
+            .get_or_create(&Reason { reason })
+            .inc();
+        if applied {
+            self.allow_list_version.clear();
+        }
+        self.allow_list_version
+            .get_or_create(&Version {
+                version: version.to_owned(),
+            })
+            .set(1);
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

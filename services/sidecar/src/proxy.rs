@@ -1,0 +1,443 @@
+//! The gRPC proxy: every HTTP/2 request is forwarded to the model server as it came, byte for
+//! byte, and the upstream's response (headers, body, trailers, errors) goes back the same way.
+//! Working below gRPC means any method passes, Triton's extensions and health checks included,
+//! with no re-encoding; deadlines travel in `grpc-timeout`, and a caller that cancels resets its
+//! stream, which drops our upstream request and so resets the upstream stream too.
+//!
+//! For `ModelInfer` in log mode, both bodies are also tapped: each chunk is kept by reference
+//! (a `Bytes` clone, no copy) and, once the call has finished with `grpc-status: 0`, the chunks go
+//! to the [`Publisher`], which decodes them on its own threads. The only work added to the call
+//! itself is the tap and, when the caller sent no `x-request-id`, peeking at the request's `id`
+//! field so a generated id can be returned in the response metadata.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use prost::Message;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{CallLabels, Metrics};
+use crate::publisher::{CapturedCall, Publisher, RequestHead};
+
+/// The body type both directions are boxed into.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+/// Errors of a body.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+const REQUEST_ID: &str = "x-request-id";
+
+/// What the proxy needs to forward calls and, optionally, log them.
+pub struct Proxy {
+    client: Client<HttpConnector, ProxyBody>,
+    upstream: http::uri::Authority,
+    metrics: Arc<Metrics>,
+    publisher: Option<Arc<Publisher>>,
+    max_message_bytes: usize,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`http://host:port`); with a publisher, ModelInfer calls are logged.
+    pub fn new(
+        upstream: &str,
+        metrics: Arc<Metrics>,
+        publisher: Option<Arc<Publisher>>,
+        max_message_bytes: usize,
+    ) -> Result<Self, String> {
+        let uri: Uri = upstream.parse().map_err(|e| format!("{e}"))?;
+        let upstream = uri
+            .authority()
+            .cloned()
+            .ok_or_else(|| format!("upstream {upstream:?} has no host:port"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .http2_only(true)
+            .http2_adaptive_window(true)
+            .http2_keep_alive_interval(Some(Duration::from_secs(30)))
+            .build(connector);
+        Ok(Self {
+            client,
+            upstream,
+            metrics,
+            publisher,
+            max_message_bytes,
+        })
+    }
+
+    async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let served_at = SystemTime::now();
+        let method = if request.uri().path() == MODEL_INFER {
+            "model_infer"
+        } else {
+            "other"
+        };
+        let (mut parts, body) = request.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .to_owned();
+        parts.uri = match Uri::builder()
+            .scheme("http")
+            .authority(self.upstream.clone())
+            .path_and_query(path)
+            .build()
+        {
+            Ok(uri) => uri,
+            Err(err) => return self.unavailable(method, &format!("bad request path: {err}")),
+        };
+
+        let tap = match &self.publisher {
+            Some(publisher) if method == "model_infer" => Some(publisher.clone()),
+            _ => None,
+        };
+        let Some(publisher) = tap else {
+            let body = body.map_err(BoxError::from).boxed_unsync();
+            return match self.client.request(Request::from_parts(parts, body)).await {
+                Ok(response) => {
+                    let outcome = outcome_of(response.headers());
+                    self.count(method, outcome);
+                    response.map(|b| b.map_err(BoxError::from).boxed_unsync())
+                }
+                Err(err) => self.unavailable(method, &err.to_string()),
+            };
+        };
+
+        let header_id = parts
+            .headers
+            .get(REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned);
+        let request_encoding = header_str(&parts.headers, "grpc-encoding");
+        let exchange = Arc::new(Exchange::default());
+        let request_tap = Tap::new(body, self.max_message_bytes, {
+            let exchange = exchange.clone();
+            move |captured| {
+                if let Ok(mut slot) = exchange.request.lock() {
+                    *slot = Some(captured);
+                }
+            }
+        });
+        let upstream_started = Instant::now();
+        let response = self
+            .client
+            .request(Request::from_parts(parts, request_tap.boxed_unsync()))
+            .await;
+        let upstream_time = upstream_started.elapsed();
+        let response = match response {
+            Ok(r) => r,
+            Err(err) => return self.unavailable(method, &err.to_string()),
+        };
+        let (mut parts, body) = response.into_parts();
+
+        // Whose id is it? The request's own `id` first, then the caller's header, then ours,
+        // which the caller gets back so it can tag its impressions with it.
+        let fallback_id = match header_id {
+            Some(id) => id,
+            None => {
+                let body_id = exchange.peek_request_id();
+                let generated = uuid::Uuid::new_v4().to_string();
+                if body_id.is_none_or(|id| id.is_empty()) {
+                    if let Ok(value) = HeaderValue::from_str(&generated) {
+                        parts.headers.insert(REQUEST_ID, value);
+                    }
+                }
+                generated
+            }
+        };
+        let trailers_only_status = outcome_of(&parts.headers);
+        let response_encoding = header_str(&parts.headers, "grpc-encoding");
+        let metrics = self.metrics.clone();
+        let response_tap = Tap::new(body, self.max_message_bytes, move |captured: Captured| {
+            let status = captured
+                .trailers
+                .as_ref()
+                .map(outcome_of)
+                .unwrap_or(trailers_only_status);
+            metrics
+                .calls
+                .get_or_create(&CallLabels {
+                    method: "model_infer",
+                    outcome: status,
+                })
+                .inc();
+            if status != "ok" {
+                return metrics.skip_call("call_failed");
+            }
+            let request = exchange.request.lock().ok().and_then(|mut r| r.take());
+            let Some(request) = request else {
+                return metrics.drop_call("incomplete_call");
+            };
+            if !request.complete || !captured.complete {
+                return metrics.drop_call("incomplete_call");
+            }
+            if request.overflow || captured.overflow {
+                return metrics.drop_call("too_large");
+            }
+            publisher.submit(CapturedCall {
+                request: request.chunks,
+                response: captured.chunks,
+                request_encoding,
+                response_encoding,
+                fallback_request_id: fallback_id,
+                served_at,
+            });
+        });
+        let added = started.elapsed().saturating_sub(upstream_time);
+        self.metrics.added_latency.observe(added.as_secs_f64());
+        Response::from_parts(parts, response_tap.boxed_unsync())
+    }
+
+    fn count(&self, method: &'static str, outcome: &'static str) {
+        self.metrics
+            .calls
+            .get_or_create(&CallLabels { method, outcome })
+            .inc();
+    }
+
+    /// A trailers-only gRPC error, as a gRPC server would send for UNAVAILABLE.
+    fn unavailable(&self, method: &'static str, why: &str) -> Response<ProxyBody> {
+        self.count(method, "upstream_unavailable");
+        tracing::warn!(upstream = %self.upstream, "upstream call failed: {why}");
+        let message = percent_encode(&format!("featurelog sidecar: upstream unavailable: {why}"));
+        let mut response = Response::new(
+            http_body_util::Empty::new()
+                .map_err(|never: Infallible| match never {})
+                .boxed_unsync(),
+        );
+        let headers = response.headers_mut();
+        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+        headers.insert("grpc-status", HeaderValue::from_static("14"));
+        if let Ok(v) = HeaderValue::from_str(&message) {
+            headers.insert("grpc-message", v);
+        }
+        response
+    }
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// `ok` for grpc-status 0, `error` for any other status; a response with no status yet (its
+/// trailers still to come) counts as `ok` until they say otherwise.
+fn outcome_of(headers: &HeaderMap) -> &'static str {
+    match headers.get("grpc-status").map(HeaderValue::as_bytes) {
+        None | Some(b"0") => "ok",
+        Some(_) => "error",
+    }
+}
+
+/// grpc-message is percent-encoded (gRPC over HTTP/2 spec).
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The request side of a call, left by its tap for the response side.
+#[derive(Default)]
+struct Exchange {
+    request: Mutex<Option<Captured>>,
+}
+
+impl Exchange {
+    /// The request's `id` field if the whole request body has been seen; `None` otherwise.
+    fn peek_request_id(&self) -> Option<String> {
+        let slot = self.request.lock().ok()?;
+        let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
+        let mut body: Vec<u8> = Vec::new();
+        let first = captured.chunks.first()?;
+        let message: &[u8] = if captured.chunks.len() == 1 {
+            first
+        } else {
+            for c in &captured.chunks {
+                body.extend_from_slice(c);
+            }
+            &body
+        };
+        // Compressed requests: the publisher inflates them; here we only need to know whether
+        // an id is present, and a compressed message gives no cheap answer, so assume not.
+        if message.len() < 5 || message[0] != 0 {
+            return None;
+        }
+        RequestHead::decode(&message[5..]).ok().map(|h| h.id)
+    }
+}
+
+/// What a tap saw of one body.
+#[derive(Debug, Default)]
+pub struct Captured {
+    /// The data chunks, by reference.
+    pub chunks: Vec<Bytes>,
+    /// Their total length.
+    pub len: usize,
+    /// True when the data passed the size limit (chunks were then let go).
+    pub overflow: bool,
+    /// True when the body reached its end (not cut by an error or a reset).
+    pub complete: bool,
+    /// The trailers, if any.
+    pub trailers: Option<HeaderMap>,
+}
+
+type OnDone = Box<dyn FnOnce(Captured) + Send>;
+
+/// A body that passes every frame through and keeps a reference to each data chunk; when it is
+/// dropped (after its end, or cut short) it hands what it saw to `on_done`.
+struct Tap<B: Body> {
+    inner: B,
+    captured: Captured,
+    limit: usize,
+    on_done: Option<OnDone>,
+}
+
+impl<B: Body> Tap<B> {
+    fn new(inner: B, limit: usize, on_done: impl FnOnce(Captured) + Send + 'static) -> Self {
+        Self {
+            inner,
+            captured: Captured::default(),
+            limit,
+            on_done: Some(Box::new(on_done)),
+        }
+    }
+}
+
+impl<B> Body for Tap<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let c = &mut this.captured;
+                if let Some(data) = frame.data_ref() {
+                    c.len += data.len();
+                    if c.len > this.limit {
+                        c.overflow = true;
+                        c.chunks.clear();
+                    } else if !c.overflow {
+                        c.chunks.push(data.clone());
+                    }
+                } else if let Some(trailers) = frame.trailers_ref() {
+                    c.trailers = Some(trailers.clone());
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err.into()))),
+            Poll::Ready(None) => {
+                this.captured.complete = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: Body> Drop for Tap<B> {
+    fn drop(&mut self) {
+        // hyper may stop polling once the body says it has ended, without asking for the final
+        // `None`: the end of stream is as good as that.
+        if self.inner.is_end_stream() {
+            self.captured.complete = true;
+        }
+        if let Some(on_done) = self.on_done.take() {
+            on_done(std::mem::take(&mut self.captured));
+        }
+    }
+}
+
+/// Serves the proxy on `listener` until `shutdown`, then stops accepting and lets the calls in
+/// flight finish for up to `drain`.
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    shutdown: CancellationToken,
+    drain: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .adaptive_window(true)
+        .max_frame_size(1 << 20);
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer): (_, SocketAddr) = match accepted {
+            Ok(a) => a,
+            Err(err) => {
+                // Out of file descriptors and the like: back off rather than spin.
+                tracing::warn!(%err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let proxy = proxy.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let proxy = proxy.clone();
+            async move { Ok::<_, Infallible>(proxy.handle(request).await) }
+        });
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(%peer, %err, "client connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!("all client calls finished"),
+        _ = tokio::time::sleep(drain) => {
+            tracing::warn!(?drain, "calls still in flight after the drain timeout; closing them");
+        }
+    }
+}

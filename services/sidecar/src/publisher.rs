@@ -1,0 +1,557 @@
+//! From captured calls to Kafka records, off the inference path.
+//!
+//! The proxy hands each finished ModelInfer call to [`Publisher::submit`], which never blocks:
+//! the call goes into a bounded queue, or is dropped and counted when the queue is full.
+//! Publisher threads decode the call, apply the allow list, sampling and the adaptive fraction,
+//! build the FeatureLog and hand it to librdkafka, whose own queue is bounded too (a full queue
+//! is another counted drop). Delivery reports feed the [`AdaptiveController`], which lowers the
+//! fraction of calls logged while deliveries fail and raises it again when they succeed, so a
+//! sick broker costs neither memory nor a storm of retries.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::{Buf, Bytes, BytesMut};
+use featurelog_kafka::KafkaConfig;
+use featurelog_schemas::inference::{ModelInferRequest, ModelInferResponse};
+use prost::Message;
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use tokio_util::sync::CancellationToken;
+
+use crate::SidecarError;
+use crate::allowlist::AllowListHandle;
+use crate::config::{AdaptiveConfig, PublishConfig};
+use crate::extract::{CallContext, extract};
+use crate::metrics::Metrics;
+use crate::sampling;
+
+/// librdkafka settings the sidecar starts from; `[kafka.properties]` overrides any of them.
+pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("compression.type", "zstd"),
+    ("linger.ms", "5"),
+    // The Java client's default partitioner hashes keys with murmur2. Apps that publish
+    // impressions keyed by request id with a Java client then land a request's impressions on
+    // the same partition number as its features (given equal partition counts).
+    ("partitioner", "murmur2_random"),
+    ("message.timeout.ms", "30000"),
+    ("queue.buffering.max.messages", "100000"),
+    ("queue.buffering.max.kbytes", "65536"),
+];
+
+/// One finished ModelInfer call, as the proxy captured it.
+#[derive(Debug)]
+pub struct CapturedCall {
+    /// The request body (gRPC-framed), in the chunks it arrived in.
+    pub request: Vec<Bytes>,
+    /// The response body (gRPC-framed).
+    pub response: Vec<Bytes>,
+    /// `grpc-encoding` of the request and the response, if any.
+    pub request_encoding: Option<String>,
+    /// See `request_encoding`.
+    pub response_encoding: Option<String>,
+    /// The id to use when the request carries none in its `id` field: the `x-request-id`
+    /// metadata, or the one the proxy generated and returned.
+    pub fallback_request_id: String,
+    /// When the call arrived.
+    pub served_at: SystemTime,
+}
+
+/// Delivery outcomes since the controller last looked.
+#[derive(Debug, Default)]
+struct Window {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Counts deliveries for metrics and for the adaptive controller.
+struct DeliveryContext {
+    metrics: Arc<Metrics>,
+    window: Arc<Window>,
+}
+
+impl ClientContext for DeliveryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, "Kafka producer: {reason}");
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<Instant>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, produced_at: Box<Instant>) {
+        match result {
+            Ok(_) => {
+                self.metrics.records_delivered.inc();
+                self.metrics
+                    .delivery_latency
+                    .observe(produced_at.elapsed().as_secs_f64());
+                self.window.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((err, _)) => {
+                tracing::debug!(%err, "record not delivered");
+                self.metrics.delivery_errors.inc();
+                self.metrics.drop_call("delivery_failed");
+                self.window.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The AIMD rule of the adaptive controller, apart from time so it can be tested directly.
+#[derive(Debug, Clone)]
+pub struct AdaptiveController {
+    config: AdaptiveConfig,
+    fraction: f64,
+}
+
+impl AdaptiveController {
+    /// Starts at fraction 1.
+    pub fn new(config: AdaptiveConfig) -> Self {
+        Self {
+            config,
+            fraction: 1.0,
+        }
+    }
+
+    /// The fraction now.
+    pub fn fraction(&self) -> f64 {
+        self.fraction
+    }
+
+    /// Takes one interval's outcomes and returns the new fraction: multiplied down when
+    /// failures are at least as many as deliveries, raised a step when deliveries succeed with
+    /// no failure, left alone otherwise (idle, or a mix that is mostly fine).
+    pub fn observe(&mut self, delivered: u64, failed: u64) -> f64 {
+        if !self.config.enabled {
+            return 1.0;
+        }
+        if failed > 0 && failed >= delivered {
+            self.fraction =
+                (self.fraction * self.config.decrease_factor).max(self.config.min_fraction);
+        } else if delivered > 0 && failed == 0 {
+            self.fraction = (self.fraction + self.config.increase_step).min(1.0);
+        }
+        self.fraction
+    }
+}
+
+struct Shared {
+    metrics: Arc<Metrics>,
+    allow_list: AllowListHandle,
+    producer: ThreadedProducer<DeliveryContext>,
+    topic: String,
+    instance: String,
+    max_message_bytes: usize,
+    window: Arc<Window>,
+    /// The adaptive fraction, as f64 bits.
+    fraction: AtomicU64,
+    closing: AtomicBool,
+    queue_len: AtomicU64,
+}
+
+/// The queue, the publisher threads and the producer.
+pub struct Publisher {
+    tx: SyncSender<CapturedCall>,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Publisher {
+    /// Creates the producer and starts the threads and the controller (which stops on `shutdown`).
+    pub fn start(
+        kafka: &KafkaConfig,
+        config: &PublishConfig,
+        allow_list: AllowListHandle,
+        metrics: Arc<Metrics>,
+        instance: String,
+        shutdown: CancellationToken,
+    ) -> Result<Self, SidecarError> {
+        let window = Arc::new(Window::default());
+        let producer: ThreadedProducer<DeliveryContext> = kafka
+            .client_config(PRODUCER_DEFAULTS)
+            .create_with_context(DeliveryContext {
+                metrics: metrics.clone(),
+                window: window.clone(),
+            })
+            .map_err(|source| SidecarError::Producer {
+                topic: config.topic.clone(),
+                source,
+            })?;
+        let shared = Arc::new(Shared {
+            metrics,
+            allow_list,
+            producer,
+            topic: config.topic.clone(),
+            instance,
+            max_message_bytes: config.max_message_bytes,
+            window,
+            fraction: AtomicU64::new(1.0f64.to_bits()),
+            closing: AtomicBool::new(false),
+            queue_len: AtomicU64::new(0),
+        });
+        let (tx, rx) = std::sync::mpsc::sync_channel(config.queue_capacity);
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::with_capacity(config.workers);
+        for i in 0..config.workers {
+            let (shared, rx) = (shared.clone(), rx.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("featurelog-publish-{i}"))
+                .spawn(move || worker(&shared, &rx))
+                .map_err(SidecarError::Thread)?;
+            threads.push(thread);
+        }
+        tokio::spawn(control(
+            shared.clone(),
+            AdaptiveController::new(config.adaptive.clone()),
+            config.adaptive.interval,
+            shutdown,
+        ));
+        Ok(Self {
+            tx,
+            shared,
+            threads,
+        })
+    }
+
+    /// Queues a call for logging, or drops and counts it when the queue is full. Never waits.
+    pub fn submit(&self, call: CapturedCall) {
+        match self.tx.try_send(call) {
+            Ok(()) => {
+                let depth = self.shared.queue_len.fetch_add(1, Ordering::Relaxed) + 1;
+                self.shared.metrics.queue_depth.set(depth as i64);
+            }
+            Err(TrySendError::Full(_)) => self.shared.metrics.drop_call("queue_full"),
+            Err(TrySendError::Disconnected(_)) => self.shared.metrics.drop_call("shutting_down"),
+        }
+    }
+
+    /// Drains the queue, then waits up to `timeout` for Kafka to acknowledge what is in flight.
+    /// Returns how many records were still unacknowledged when it gave up.
+    pub async fn shutdown(self, timeout: Duration) -> usize {
+        let Publisher {
+            tx,
+            shared,
+            threads,
+        } = self;
+        drop(tx);
+        shared.closing.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + timeout;
+        let shared2 = shared.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(err) = shared2.producer.flush(left) {
+                tracing::warn!(%err, "producer flush did not finish");
+            }
+            shared2.producer.in_flight_count().max(0) as usize
+        })
+        .await;
+        joined.unwrap_or(0)
+    }
+}
+
+async fn control(
+    shared: Arc<Shared>,
+    mut controller: AdaptiveController,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let delivered = shared.window.delivered.swap(0, Ordering::Relaxed);
+        let failed = shared.window.failed.swap(0, Ordering::Relaxed);
+        let before = controller.fraction();
+        let after = controller.observe(delivered, failed);
+        shared.fraction.store(after.to_bits(), Ordering::Relaxed);
+        shared.metrics.logged_fraction.set(after);
+        shared
+            .metrics
+            .producer_in_flight
+            .set(i64::from(shared.producer.in_flight_count()));
+        if (after - before).abs() > f64::EPSILON {
+            tracing::info!(
+                delivered,
+                failed,
+                fraction = after,
+                "adaptive logging fraction changed"
+            );
+        }
+    }
+}
+
+fn worker(shared: &Shared, rx: &Mutex<Receiver<CapturedCall>>) {
+    loop {
+        // The lock is held only while waiting for the next call, never while working on one.
+        let next = match rx.lock() {
+            Ok(rx) => rx.recv_timeout(Duration::from_millis(50)),
+            Err(_) => return,
+        };
+        match next {
+            Ok(call) => {
+                let depth = shared
+                    .queue_len
+                    .fetch_sub(1, Ordering::Relaxed)
+                    .saturating_sub(1);
+                shared.metrics.queue_depth.set(depth as i64);
+                publish(shared, call);
+            }
+            Err(RecvTimeoutError::Timeout) if shared.closing.load(Ordering::SeqCst) => return,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Why a gRPC body could not be turned into one message.
+#[derive(Debug)]
+enum Unframe {
+    Malformed,
+    TooLarge,
+    Compression,
+}
+
+fn concat(chunks: Vec<Bytes>) -> Bytes {
+    if chunks.len() == 1 {
+        return chunks.into_iter().next().unwrap_or_default();
+    }
+    let mut out = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    for c in chunks {
+        out.extend_from_slice(&c);
+    }
+    out.freeze()
+}
+
+/// The one message of a unary gRPC body: a 5-byte prefix (compressed flag, big-endian length)
+/// and the message, gzip-inflated when flagged.
+fn unframe(chunks: Vec<Bytes>, encoding: Option<&str>, limit: usize) -> Result<Bytes, Unframe> {
+    let mut body = concat(chunks);
+    if body.len() < 5 {
+        return Err(Unframe::Malformed);
+    }
+    let compressed = body.get_u8();
+    let len = body.get_u32() as usize;
+    if body.len() != len {
+        return Err(Unframe::Malformed);
+    }
+    match (compressed, encoding) {
+        (0, _) => Ok(body),
+        (1, Some("gzip")) => {
+            let mut out = Vec::new();
+            let mut decoder = flate2::read::GzDecoder::new(&body[..]).take(limit as u64 + 1);
+            decoder
+                .read_to_end(&mut out)
+                .map_err(|_| Unframe::Malformed)?;
+            if out.len() > limit {
+                return Err(Unframe::TooLarge);
+            }
+            Ok(Bytes::from(out))
+        }
+        _ => Err(Unframe::Compression),
+    }
+}
+
+/// The first fields of a ModelInferRequest: enough to pick a rule and sample before decoding the
+/// tensors. prost skips the fields it does not declare.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct RequestHead {
+    #[prost(string, tag = "1")]
+    pub model_name: String,
+    #[prost(string, tag = "2")]
+    pub model_version: String,
+    #[prost(string, tag = "3")]
+    pub id: String,
+}
+
+fn publish(shared: &Shared, call: CapturedCall) {
+    let metrics = &shared.metrics;
+    let request_size: usize = call.request.iter().map(Bytes::len).sum();
+    let unframed = unframe(
+        call.request,
+        call.request_encoding.as_deref(),
+        shared.max_message_bytes,
+    );
+    let request_bytes = match unframed {
+        Ok(b) => b,
+        Err(Unframe::Malformed) => return metrics.drop_call("malformed_grpc_frame"),
+        Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
+        Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
+    };
+    let Ok(head) = RequestHead::decode(request_bytes.clone()) else {
+        return metrics.drop_call("malformed_protobuf");
+    };
+    let list = shared.allow_list.current();
+    let Some(rule) = list.rule(&head.model_name, &head.model_version) else {
+        return metrics.skip_call("not_allow_listed");
+    };
+    let request_id = if head.id.is_empty() {
+        call.fallback_request_id
+    } else {
+        head.id
+    };
+    if !sampling::sampled(&request_id, rule.sample_rate) {
+        return metrics.skip_call("not_sampled");
+    }
+    let fraction = f64::from_bits(shared.fraction.load(Ordering::Relaxed));
+    // A different hash input than sampling, so shedding does not select the same requests.
+    if fraction < 1.0 && !sampling::sampled(&format!("shed:{request_id}"), fraction) {
+        return metrics.drop_call("adaptive_shed");
+    }
+    let Ok(request) = ModelInferRequest::decode(request_bytes) else {
+        return metrics.drop_call("malformed_protobuf");
+    };
+    let needs_response = !rule.outputs.is_empty() || rule.top_k.is_some();
+    let response = if needs_response {
+        let framed = unframe(
+            call.response,
+            call.response_encoding.as_deref(),
+            shared.max_message_bytes,
+        );
+        match framed.map(ModelInferResponse::decode) {
+            Ok(Ok(r)) => Some(r),
+            Ok(Err(_)) | Err(Unframe::Malformed) => {
+                return metrics.drop_call("malformed_response");
+            }
+            Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
+            Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
+        }
+    } else {
+        None
+    };
+    let ctx = CallContext {
+        request_id: &request_id,
+        served_at: call.served_at,
+        instance: &shared.instance,
+        allow_list_version: &list.version,
+    };
+    let record = match extract(rule, &request, response.as_ref(), ctx) {
+        Ok(r) => r,
+        Err(err) => {
+            tracing::debug!(model = %request.model_name, %request_id, "not logged: {err}");
+            return metrics.drop_call(err.reason());
+        }
+    };
+    let payload = record.encode_to_vec();
+    let rows = u64::from(record.row_count);
+    let produced = shared.producer.send(
+        BaseRecord::with_opaque_to(&shared.topic, Box::new(Instant::now()))
+            .key(request_id.as_bytes())
+            .payload(&payload),
+    );
+    match produced {
+        Ok(()) => {
+            metrics.records_produced.inc();
+            metrics.rows_produced.inc_by(rows);
+            metrics.request_bytes.inc_by(request_size as u64);
+            metrics.record_bytes.inc_by(payload.len() as u64);
+        }
+        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+            metrics.drop_call("producer_queue_full");
+            shared.window.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        Err((err, _)) => {
+            tracing::warn!(topic = %shared.topic, %err, "record not produced");
+            metrics.drop_call("produce_error");
+            shared.window.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller() -> AdaptiveController {
+        AdaptiveController::new(AdaptiveConfig::default())
+    }
+
+    #[test]
+    fn failures_halve_the_fraction_down_to_the_floor() {
+        let mut c = controller();
+        assert_eq!(c.observe(0, 10), 0.5);
+        assert_eq!(c.observe(3, 10), 0.25);
+        for _ in 0..20 {
+            c.observe(0, 5);
+        }
+        assert_eq!(c.fraction(), 0.01);
+    }
+
+    #[test]
+    fn clean_deliveries_raise_it_back_to_one() {
+        let mut c = controller();
+        for _ in 0..20 {
+            c.observe(0, 5);
+        }
+        let mut intervals = 0;
+        while c.fraction() < 1.0 {
+            c.observe(100, 0);
+            intervals += 1;
+        }
+        assert_eq!(intervals, 10);
+    }
+
+    #[test]
+    fn idle_or_mostly_healthy_intervals_change_nothing() {
+        let mut c = controller();
+        c.observe(0, 4);
+        assert_eq!(c.observe(0, 0), 0.5);
+        assert_eq!(c.observe(100, 1), 0.5);
+    }
+
+    #[test]
+    fn disabled_stays_at_one() {
+        let mut c = AdaptiveController::new(AdaptiveConfig {
+            enabled: false,
+            ..AdaptiveConfig::default()
+        });
+        assert_eq!(c.observe(0, 100), 1.0);
+    }
+
+    fn frame(message: &[u8]) -> Vec<Bytes> {
+        let mut out = vec![0u8];
+        out.extend((message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        // Split across chunks, as HTTP/2 data frames may be.
+        let (a, b) = out.split_at(3);
+        vec![Bytes::copy_from_slice(a), Bytes::copy_from_slice(b)]
+    }
+
+    #[test]
+    fn unframing_checks_the_length_and_inflates_gzip() {
+        assert_eq!(unframe(frame(b"hello"), None, 100).unwrap(), "hello");
+        let mut short = frame(b"hello");
+        short.pop();
+        assert!(matches!(unframe(short, None, 100), Err(Unframe::Malformed)));
+
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, b"hello").unwrap();
+        let gz = gz.finish().unwrap();
+        let mut framed = vec![1u8];
+        framed.extend((gz.len() as u32).to_be_bytes());
+        framed.extend(gz);
+        let framed = vec![Bytes::from(framed)];
+        assert_eq!(unframe(framed.clone(), Some("gzip"), 100).unwrap(), "hello");
+        assert!(matches!(
+            unframe(framed.clone(), Some("gzip"), 3),
+            Err(Unframe::TooLarge)
+        ));
+        assert!(matches!(
+            unframe(framed, Some("snappy"), 100),
+            Err(Unframe::Compression)
+        ));
+    }
+}

@@ -1,0 +1,89 @@
+//! `featurelog sidecar` and `featurelog model-server`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use featurelog_sidecar::SidecarConfig;
+
+#[derive(Debug, clap::Args)]
+pub struct SidecarArgs {
+    /// The sidecar's config file (TOML); see services/sidecar/sidecar.example.toml.
+    #[arg(long, value_name = "FILE", required_unless_present = "check_config")]
+    config: Option<PathBuf>,
+    /// Validate this config file and its allow list, print the result and exit (0 valid, 2 not).
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
+}
+
+/// Validates a config and the allow list it names.
+pub fn check(path: &std::path::Path) -> anyhow::Result<SidecarConfig> {
+    let config = SidecarConfig::load(path)?;
+    if config.mode == featurelog_sidecar::Mode::Log {
+        let list = featurelog_sidecar::allowlist::AllowListHandle::load(&config.allow_list)?;
+        let current = list.current();
+        println!(
+            "{}: valid; allow list {} ({}) logs {} model entr{}",
+            path.display(),
+            config.allow_list.display(),
+            current.version,
+            current.models.len(),
+            if current.models.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            }
+        );
+    } else {
+        println!("{}: valid (pass-through mode)", path.display());
+    }
+    Ok(config)
+}
+
+pub fn run(args: SidecarArgs) -> Result<(), crate::Failure> {
+    if let Some(path) = args.check_config {
+        return check(&path).map(drop).map_err(crate::Failure::Config);
+    }
+    let path = args
+        .config
+        .context("--config is required")
+        .map_err(crate::Failure::Config)?;
+    let config = SidecarConfig::load(&path)
+        .map_err(anyhow::Error::from)
+        .map_err(crate::Failure::Config)?;
+    crate::runtime()?.block_on(async move {
+        let shutdown = crate::signals::shutdown_on_signals()?;
+        let sidecar = featurelog_sidecar::start(config, shutdown).await?;
+        let left = sidecar.wait().await;
+        tracing::info!(unacknowledged = left, "sidecar stopped");
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ModelServerArgs {
+    /// Address to serve the Open Inference Protocol on.
+    #[arg(long, default_value = "127.0.0.1:9001")]
+    listen: SocketAddr,
+    /// Model names to serve (repeatable); each is the same reference recommender.
+    #[arg(long = "model", default_values = ["ranker"])]
+    models: Vec<String>,
+}
+
+pub fn run_model_server(args: ModelServerArgs) -> Result<(), crate::Failure> {
+    crate::runtime()?.block_on(async move {
+        let shutdown = crate::signals::shutdown_on_signals()?;
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        tracing::info!(listen = %args.listen, models = ?args.models, "reference model server started");
+        let server = featurelog_model_server::ReferenceModelServer::new(args.models);
+        featurelog_model_server::serve(server, listener, async move {
+            shutdown.cancelled().await;
+        })
+        .await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(())
+}

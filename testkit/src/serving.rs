@@ -1,0 +1,242 @@
+//! The serving side of an end-to-end test: the reference model server and a sidecar in front of
+//! it, both in this process on ports chosen by the OS, and requests shaped like a recommender's.
+#![allow(clippy::panic, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use featurelog_kafka::KafkaConfig;
+use featurelog_model_server::ReferenceModelServer;
+use featurelog_schemas::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use featurelog_schemas::inference::model_infer_request::InferInputTensor;
+use featurelog_schemas::inference::{InferParameter, ModelInferRequest, infer_parameter};
+use featurelog_schemas::tensor::TensorValues;
+use featurelog_sidecar::{Sidecar, SidecarConfig};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// A model server running until the returned token is cancelled (or the test ends).
+pub async fn model_server(models: &[&str]) -> (SocketAddr, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let stop = CancellationToken::new();
+    let server = ReferenceModelServer::new(models.iter().copied());
+    let token = stop.clone();
+    tokio::spawn(featurelog_model_server::serve(
+        server,
+        listener,
+        async move {
+            token.cancelled().await;
+        },
+    ));
+    (addr, stop)
+}
+
+/// A sidecar config for tests: loopback, port 0, fast reloads, the allow list in `dir`.
+pub fn sidecar_config(
+    dir: &std::path::Path,
+    upstream: SocketAddr,
+    kafka: Option<&KafkaConfig>,
+    topic: &str,
+    allow_list: &str,
+) -> SidecarConfig {
+    let path = dir.join("allow-list.toml");
+    std::fs::write(&path, allow_list).expect("write allow list");
+    let mode = if kafka.is_some() {
+        "log"
+    } else {
+        "pass-through"
+    };
+    let mut text = format!(
+        r#"
+        listen = "127.0.0.1:0"
+        upstream = "http://{upstream}"
+        mode = "{mode}"
+        allow-list = "{}"
+        allow-list-reload-interval = "100ms"
+        shutdown-timeout = "10s"
+        [metrics]
+        listen = "127.0.0.1:0"
+        [publish]
+        topic = "{topic}"
+        "#,
+        path.display()
+    );
+    if let Some(k) = kafka {
+        text.push_str(&format!(
+            "[kafka]\nbootstrap-servers = \"{}\"\n",
+            k.bootstrap_servers
+        ));
+    }
+    SidecarConfig::from_toml_with_env(&dir.join("sidecar.toml"), &text, Vec::new())
+        .expect("test sidecar config")
+}
+
+/// Starts a sidecar with `config`.
+pub async fn sidecar(config: SidecarConfig) -> Sidecar {
+    featurelog_sidecar::start(config, CancellationToken::new())
+        .await
+        .expect("sidecar starts")
+}
+
+/// A gRPC client of the protocol at `addr`.
+pub async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect");
+    GrpcInferenceServiceClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20)
+}
+
+/// Where the test's temporary files go.
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// Keeps a temp dir's path.
+pub fn path_of(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().to_owned()
+}
+
+/// A recommender's request: `candidates` items, per-item features `f0..f{extra}` (FP32), an
+/// 8-wide item embedding, a per-request user age and locale, the item ids, and a `surface`
+/// parameter. Values are distinct per request `seed` and include a NaN payload and -0.0.
+pub fn ranker_request(
+    id: &str,
+    candidates: usize,
+    extra: usize,
+    seed: u32,
+    raw: bool,
+) -> ModelInferRequest {
+    let n = candidates as i64;
+    let mut tensors: Vec<(String, &str, Vec<i64>, TensorValues)> = vec![
+        (
+            "item_id".into(),
+            "INT64",
+            vec![n],
+            TensorValues::Int64(
+                (0..n)
+                    .map(|i| 1000 + i + i64::from(seed) * 10_000)
+                    .collect(),
+            ),
+        ),
+        (
+            "user_age".into(),
+            "INT32",
+            vec![1],
+            TensorValues::Int32(vec![20 + (seed % 50) as i32]),
+        ),
+        (
+            "user_locale".into(),
+            "BYTES",
+            vec![1],
+            TensorValues::Bytes(vec![if seed % 2 == 0 { "en-US" } else { "jp_JA" }.into()]),
+        ),
+        (
+            "item_price".into(),
+            "FP32",
+            vec![n],
+            TensorValues::Fp32(
+                (0..candidates)
+                    .map(|i| match i {
+                        0 => -0.0,
+                        1 => f32::from_bits(0x7fc0_0000 | seed),
+                        _ => i as f32 * 1.25 + seed as f32,
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "item_embedding".into(),
+            "FP32",
+            vec![n, 8],
+            TensorValues::Fp32(
+                (0..candidates * 8)
+                    .map(|i| (i as f32).sin() + seed as f32)
+                    .collect(),
+            ),
+        ),
+        (
+            "item_category".into(),
+            "BYTES",
+            vec![n],
+            TensorValues::Bytes(
+                (0..candidates)
+                    .map(|i| format!("cat-{}", i % 7).into())
+                    .collect(),
+            ),
+        ),
+    ];
+    for f in 0..extra {
+        tensors.push((
+            format!("f{f}"),
+            "FP32",
+            vec![n],
+            TensorValues::Fp32(
+                (0..candidates)
+                    .map(|i| (i * 31 + f * 7) as f32 / 13.0)
+                    .collect(),
+            ),
+        ));
+    }
+    let mut request = ModelInferRequest {
+        model_name: "ranker".into(),
+        id: id.into(),
+        parameters: [(
+            "surface".to_string(),
+            InferParameter {
+                parameter_choice: Some(infer_parameter::ParameterChoice::StringParam(
+                    "home".into(),
+                )),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    for (name, datatype, shape, values) in tensors {
+        let mut input = InferInputTensor {
+            name,
+            datatype: datatype.into(),
+            shape,
+            ..Default::default()
+        };
+        if raw {
+            request.raw_input_contents.push(values.to_raw());
+        } else {
+            input.contents = Some(values.to_contents());
+        }
+        request.inputs.push(input);
+    }
+    request
+}
+
+/// The values a request sent for input `name`, decoded.
+pub fn sent_values(request: &ModelInferRequest, name: &str) -> TensorValues {
+    let (i, input) = request
+        .inputs
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.name == name)
+        .unwrap_or_else(|| panic!("no input {name}"));
+    featurelog_schemas::tensor::decode(
+        &input.name,
+        &input.datatype,
+        &input.shape,
+        input.contents.as_ref(),
+        request.raw_input_contents.get(i),
+    )
+    .expect("decodable")
+    .values
+}
+
+/// Parses a FeatureLog.
+pub fn decode_log(payload: &[u8]) -> featurelog_schemas::featurelog::v1::FeatureLog {
+    prost::Message::decode(payload).expect("a FeatureLog")
+}

@@ -1,0 +1,224 @@
+//! The sidecar against the real broker and the reference model server: what a client sees is
+//! what the model server said, and what lands on the topic is exactly the allow-listed features,
+//! bit for bit, for typed and for raw tensors.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
+
+use std::time::Duration;
+
+use featurelog_schemas::featurelog::v1::{DataType, Values};
+use featurelog_schemas::inference::ModelMetadataRequest;
+use featurelog_schemas::tensor::TensorValues;
+use featurelog_testkit::kafka;
+use featurelog_testkit::serving::{
+    client, decode_log, model_server, ranker_request, sent_values, sidecar, sidecar_config,
+    temp_dir,
+};
+
+const ALLOW: &str = r#"
+[[model]]
+name = "ranker"
+features = ["user_age", "user_locale", "item_price", "item_embedding", "item_category"]
+outputs = ["score"]
+candidate-ids-input = "item_id"
+parameters = ["surface"]
+"#;
+
+fn values_equal_bitwise(got: &Values, want: &TensorValues) -> bool {
+    let want = want.clone().into_values();
+    got.fp32_values
+        .iter()
+        .map(|x| x.to_bits())
+        .eq(want.fp32_values.iter().map(|x| x.to_bits()))
+        && got.int32_values == want.int32_values
+        && got.int64_values == want.int64_values
+        && got.bytes_values == want.bytes_values
+}
+
+#[tokio::test]
+async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
+    let Some(kafka) = kafka("sidecar_is_transparent_and_logs_exactly_the_allow_listed_features")
+    else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-e2e", 2).await;
+    let (model_addr, _stop_model) = model_server(&["ranker", "unlisted"]).await;
+    let dir = temp_dir();
+    let config = sidecar_config(dir.path(), model_addr, Some(&kafka.config), &topic, ALLOW);
+    let sidecar = sidecar(config).await;
+    let mut direct = client(model_addr).await;
+    let mut via = client(sidecar.local_addr).await;
+
+    // Typed and raw requests: the same response either way, and a record each.
+    let typed = ranker_request("req-typed", 20, 30, 1, false);
+    let raw = ranker_request("req-raw", 20, 30, 2, true);
+    let mut scores = Vec::new();
+    for request in [&typed, &raw] {
+        let want = direct
+            .model_infer(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let got = via.model_infer(request.clone()).await.unwrap().into_inner();
+        assert_eq!(
+            got, want,
+            "the sidecar changed the response of {}",
+            request.id
+        );
+        scores.push(want);
+    }
+    assert!(scores[1].raw_output_contents.len() == 1, "raw in, raw out");
+
+    // Errors pass through unchanged, code and message.
+    let unknown = ModelMetadataRequest {
+        name: "nope".into(),
+        version: String::new(),
+    };
+    let want = direct.model_metadata(unknown.clone()).await.unwrap_err();
+    let got = via.model_metadata(unknown).await.unwrap_err();
+    assert_eq!((got.code(), got.message()), (want.code(), want.message()));
+
+    // A method the protocol does not define (the gRPC health service) passes through.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", sidecar.local_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "inference.GRPCInferenceService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        health.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    // No id anywhere: the sidecar makes one and returns it. An x-request-id header is used as is.
+    let anonymous = via
+        .model_infer(ranker_request("", 5, 0, 3, false))
+        .await
+        .unwrap();
+    let generated = anonymous
+        .metadata()
+        .get("x-request-id")
+        .expect("a generated request id in the response metadata")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut tagged = tonic::Request::new(ranker_request("", 5, 0, 4, true));
+    tagged
+        .metadata_mut()
+        .insert("x-request-id", "from-header".parse().unwrap());
+    let tagged = via.model_infer(tagged).await.unwrap();
+    assert!(
+        tagged.metadata().get("x-request-id").is_none(),
+        "the caller's id is not replaced"
+    );
+
+    // A model that is not on the allow list is forwarded and not logged.
+    let mut unlisted = ranker_request("req-unlisted", 5, 0, 5, false);
+    unlisted.model_name = "unlisted".into();
+    let want = direct
+        .model_infer(unlisted.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(via.model_infer(unlisted).await.unwrap().into_inner(), want);
+
+    // Shutdown drains and flushes: nothing is left unacknowledged.
+    let metrics = sidecar.metrics.clone();
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    assert_eq!(metrics.records_delivered.get(), 4);
+
+    let records = kafka.read(&topic, 4, Duration::from_secs(60)).await;
+    let by_key = |k: &str| {
+        records
+            .iter()
+            .find(|r| r.key_str() == k)
+            .unwrap_or_else(|| panic!("no record keyed {k}"))
+    };
+    for (request, response) in [&typed, &raw].into_iter().zip(&scores) {
+        let record = decode_log(&by_key(&request.id).payload);
+        assert_eq!(record.request_id, request.id);
+        assert_eq!(record.model_name, "ranker");
+        assert_eq!(
+            record.parameters.get("surface").map(String::as_str),
+            Some("home")
+        );
+        let names: Vec<_> = record.features.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "user_age",
+                "user_locale",
+                "item_price",
+                "item_embedding",
+                "item_category"
+            ],
+            "exactly the allow-listed features, in allow-list order"
+        );
+        assert_eq!(record.row_count, 20);
+        assert_eq!(
+            record.candidate_ids,
+            sent_values(request, "item_id").to_ids().unwrap()
+        );
+        for feature in &record.features {
+            let sent = sent_values(request, &feature.name);
+            assert!(
+                values_equal_bitwise(feature.values.as_ref().unwrap(), &sent),
+                "{} of {}: logged values differ from what the model received",
+                feature.name,
+                request.id
+            );
+        }
+        let age = record
+            .features
+            .iter()
+            .find(|f| f.name == "user_age")
+            .unwrap();
+        assert!(age.per_request && age.datatype == DataType::Int32 as i32);
+        let emb = record
+            .features
+            .iter()
+            .find(|f| f.name == "item_embedding")
+            .unwrap();
+        assert_eq!(emb.row_shape, [8]);
+        let returned = featurelog_schemas::tensor::decode(
+            "score",
+            "FP32",
+            &response.outputs[0].shape,
+            response.outputs[0].contents.as_ref(),
+            response.raw_output_contents.first(),
+        )
+        .unwrap();
+        assert_eq!(record.outputs.len(), 1);
+        assert!(values_equal_bitwise(
+            record.outputs[0].values.as_ref().unwrap(),
+            &returned.values
+        ));
+    }
+    assert_eq!(
+        decode_log(&by_key(&generated).payload).request_id,
+        generated
+    );
+    assert_eq!(
+        decode_log(&by_key("from-header").payload).request_id,
+        "from-header"
+    );
+    assert!(
+        records.iter().all(|r| r.key_str() != "req-unlisted"),
+        "deny by default"
+    );
+    assert_eq!(
+        metrics
+            .skipped
+            .get_or_create(&featurelog_sidecar::metrics::Reason {
+                reason: "not_allow_listed"
+            })
+            .get(),
+        1
+    );
+}
