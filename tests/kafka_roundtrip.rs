@@ -254,7 +254,8 @@ async fn feature_log_survives_the_real_broker_field_by_field() {
     assert_eq!(
         names,
         [
-            "BOOL", "INT8", "INT64", "UINT16", "UINT64", "FP32", "FP32", "FP64", "FP16", "BYTES"
+            "BOOL", "INT8", "INT32", "INT64", "UINT16", "UINT64", "FP32", "FP32", "FP64", "FP16",
+            "BYTES"
         ]
     );
 }
