@@ -28,3 +28,37 @@ fn dev_broker_help_warns_it_is_not_for_production() {
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(help.contains("not for production"), "{help}");
 }
+
+#[test]
+fn the_sample_sidecar_config_passes_check_config() {
+    let sample = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/services/sidecar/sidecar.example.toml"
+    );
+    let out = featurelog(&["sidecar", "--check-config", sample]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("valid"), "{stdout}");
+}
+
+#[test]
+fn an_invalid_config_is_refused_with_exit_code_2_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sidecar.toml");
+    std::fs::write(
+        &path,
+        "upstream = \"http://127.0.0.1:1\"\nallow-list = \"a.toml\"\nlisten = 5\n",
+    )
+    .unwrap();
+    let out = featurelog(&["sidecar", "--check-config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sidecar.toml") && stderr.contains("listen"),
+        "{stderr}"
+    );
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
     /// librdkafka refused the client settings (an unknown or malformed property).
-    #[error("invalid Kafka client settings for {bootstrap}: {source}")]
+    #[error("invalid Kafka client settings for {bootstrap}")]
     Client {
         /// The bootstrap servers the client was for.
         bootstrap: String,
@@ -39,9 +39,9 @@ pub enum KafkaError {
         last_error: String,
     },
     /// The embedded dev broker could not start.
-    #[error("could not start the embedded dev broker: {0}")]
+    #[error("could not start the embedded dev broker")]
     DevBroker(#[source] rdkafka::error::KafkaError),
     /// A blocking Kafka call's task failed to run to completion.
-    #[error("a Kafka metadata call was cancelled or panicked: {0}")]
+    #[error("a Kafka metadata call was cancelled or panicked")]
     Join(#[from] tokio::task::JoinError),
 }

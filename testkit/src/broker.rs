@@ -81,5 +81,10 @@ impl Drop for DedicatedBroker {
             .arg("stop")
             .env("FEATURELOG_KAFKA_PORT", self.port.to_string())
             .status();
+        // Its data and log go with it; the jar cache stays for the next test.
+        let cache = std::env::var_os("FEATURELOG_KAFKA_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/kafka"));
+        let _ = std::fs::remove_dir_all(cache.join(format!("run-{}", self.port)));
     }
 }

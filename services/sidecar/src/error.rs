@@ -23,7 +23,7 @@ pub enum SidecarError {
         message: String,
     },
     /// A listening address could not be bound.
-    #[error("cannot listen on {addr}: {source} (is another process using the port?)")]
+    #[error("cannot listen on {addr} (is another process using the port?)")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -32,7 +32,7 @@ pub enum SidecarError {
         source: std::io::Error,
     },
     /// The Kafka producer could not be created.
-    #[error("Kafka producer for topic {topic:?}: {source}")]
+    #[error("cannot create the Kafka producer for topic {topic:?}")]
     Producer {
         /// The topic it was for.
         topic: String,
@@ -41,6 +41,6 @@ pub enum SidecarError {
         source: rdkafka::error::KafkaError,
     },
     /// A worker thread could not be started.
-    #[error("starting a publisher thread: {0}")]
+    #[error("cannot start a publisher thread")]
     Thread(#[source] std::io::Error),
 }

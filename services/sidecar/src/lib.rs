@@ -17,6 +17,7 @@ pub mod config;
 mod error;
 pub mod extract;
 pub mod http;
+pub mod lazy;
 pub mod metrics;
 pub mod proxy;
 pub mod publisher;

@@ -57,6 +57,10 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     /// Records inside the producer, not yet acknowledged.
     pub producer_in_flight: Gauge,
+    /// Bytes sent to the brokers, protocol and compression included (librdkafka statistics).
+    pub kafka_tx_bytes: Gauge,
+    /// Message bytes with their batch framing sent to brokers (librdkafka `txmsg_bytes`).
+    pub kafka_txmsg_bytes: Gauge,
     /// Records the broker did not acknowledge in time.
     pub delivery_errors: Counter,
     /// Time from produce to acknowledgement.
@@ -95,6 +99,8 @@ impl Metrics {
             queue_depth: Gauge::default(),
             producer_in_flight: Gauge::default(),
             delivery_errors: Counter::default(),
+            kafka_tx_bytes: Gauge::default(),
+            kafka_txmsg_bytes: Gauge::default(),
             delivery_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
             added_latency: Histogram::new(exponential_buckets(0.00002, 2.0, 18)),
             logged_fraction: Gauge::default(),
@@ -155,6 +161,16 @@ impl Metrics {
             "delivery_errors",
             "Records Kafka did not acknowledge",
             m.delivery_errors.clone(),
+        );
+        registry.register(
+            "kafka_tx_bytes",
+            "Bytes sent to Kafka brokers, protocol and compression included",
+            m.kafka_tx_bytes.clone(),
+        );
+        registry.register(
+            "kafka_txmsg_bytes",
+            "Message bytes with batch framing sent to Kafka (librdkafka txmsg_bytes)",
+            m.kafka_txmsg_bytes.clone(),
         );
         registry.register(
             "delivery_latency_seconds",

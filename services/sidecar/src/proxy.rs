@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http::{HeaderMap, HeaderValue, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
@@ -155,16 +155,17 @@ impl Proxy {
         // which the caller gets back so it can tag its impressions with it.
         let fallback_id = match header_id {
             Some(id) => id,
-            None => {
-                let body_id = exchange.peek_request_id();
-                let generated = uuid::Uuid::new_v4().to_string();
-                if body_id.is_none_or(|id| id.is_empty()) {
+            None => match exchange.peek_request_id() {
+                // The request names itself; the publisher reads the same id from the body.
+                Some(id) if !id.is_empty() => id,
+                _ => {
+                    let generated = uuid::Uuid::new_v4().to_string();
                     if let Ok(value) = HeaderValue::from_str(&generated) {
                         parts.headers.insert(REQUEST_ID, value);
                     }
+                    generated
                 }
-                generated
-            }
+            },
         };
         let trailers_only_status = outcome_of(&parts.headers);
         let response_encoding = header_str(&parts.headers, "grpc-encoding");
@@ -273,25 +274,80 @@ struct Exchange {
 
 impl Exchange {
     /// The request's `id` field if the whole request body has been seen; `None` otherwise.
+    /// Reads the chunks in place: this runs on the call's path, so nothing is copied.
     fn peek_request_id(&self) -> Option<String> {
         let slot = self.request.lock().ok()?;
         let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
-        let mut body: Vec<u8> = Vec::new();
-        let first = captured.chunks.first()?;
-        let message: &[u8] = if captured.chunks.len() == 1 {
-            first
-        } else {
-            for c in &captured.chunks {
-                body.extend_from_slice(c);
-            }
-            &body
-        };
-        // Compressed requests: the publisher inflates them; here we only need to know whether
-        // an id is present, and a compressed message gives no cheap answer, so assume not.
-        if message.len() < 5 || message[0] != 0 {
+        let mut buf = ChunksBuf::new(&captured.chunks);
+        if buf.remaining() < 5 || buf.get_u8() != 0 {
+            // Compressed requests: the publisher inflates them; here a compressed message gives
+            // no cheap answer, so assume there is no id.
             return None;
         }
-        RequestHead::decode(&message[5..]).ok().map(|h| h.id)
+        let len = buf.get_u32() as usize;
+        if len > buf.remaining() {
+            return None;
+        }
+        RequestHead::decode(buf.take(len)).ok().map(|h| h.id)
+    }
+}
+
+/// A [`Buf`] over a body's chunks, in order, without joining them.
+struct ChunksBuf<'a> {
+    chunks: &'a [Bytes],
+    offset: usize,
+    remaining: usize,
+}
+
+impl<'a> ChunksBuf<'a> {
+    fn new(chunks: &'a [Bytes]) -> Self {
+        let mut this = Self {
+            chunks,
+            offset: 0,
+            remaining: chunks.iter().map(Bytes::len).sum(),
+        };
+        this.advance(0);
+        this
+    }
+}
+
+impl Buf for ChunksBuf<'_> {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.chunks
+            .first()
+            .and_then(|c| c.get(self.offset..))
+            .unwrap_or_default()
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        cnt = cnt.min(self.remaining);
+        self.remaining -= cnt;
+        while cnt > 0 {
+            while self.chunks.first().is_some_and(|c| c.len() == self.offset) {
+                self.chunks = &self.chunks[1..];
+                self.offset = 0;
+            }
+            let Some(first) = self.chunks.first() else {
+                return;
+            };
+            let left = first.len() - self.offset;
+            if cnt < left {
+                self.offset += cnt;
+                return;
+            }
+            cnt -= left;
+            self.chunks = &self.chunks[1..];
+            self.offset = 0;
+        }
+        // Skip empty chunks so chunk() is never empty while bytes remain.
+        while self.chunks.first().is_some_and(|c| c.len() == self.offset) && self.remaining > 0 {
+            self.chunks = &self.chunks[1..];
+            self.offset = 0;
+        }
     }
 }
 
@@ -438,6 +494,44 @@ pub async fn serve(
         _ = graceful.shutdown() => tracing::info!("all client calls finished"),
         _ = tokio::time::sleep(drain) => {
             tracing::warn!(?drain, "calls still in flight after the drain timeout; closing them");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_id_is_read_across_chunk_boundaries() {
+        let head = RequestHead {
+            model_name: "ranker".into(),
+            model_version: String::new(),
+            id: "req-42".into(),
+        };
+        let message = head.encode_to_vec();
+        let mut framed = vec![0u8];
+        framed.extend((message.len() as u32).to_be_bytes());
+        framed.extend(&message);
+        for split in 1..framed.len() {
+            let (a, b) = framed.split_at(split);
+            let exchange = Exchange::default();
+            *exchange.request.lock().unwrap() = Some(Captured {
+                chunks: vec![
+                    Bytes::copy_from_slice(a),
+                    Bytes::new(),
+                    Bytes::copy_from_slice(b),
+                ],
+                len: framed.len(),
+                overflow: false,
+                complete: true,
+                trailers: None,
+            });
+            assert_eq!(
+                exchange.peek_request_id().as_deref(),
+                Some("req-42"),
+                "split at {split}"
+            );
         }
     }
 }

@@ -1,0 +1,218 @@
+//! Reading only what the allow list needs from a ModelInferRequest.
+//!
+//! A recommender's request can carry dozens of input tensors of which a few are logged. Decoding
+//! the whole message allocates every tensor's name, shape and contents; this scans the top-level
+//! fields once, keeps each input and raw-contents entry as a slice of the original buffer (no
+//! copy), and decodes fully only the inputs the rule names. The result is a smaller
+//! `ModelInferRequest` that [`crate::extract`] reads like the real one.
+
+use std::collections::HashSet;
+
+use bytes::{Buf, Bytes};
+use featurelog_schemas::inference::model_infer_request::InferInputTensor;
+use featurelog_schemas::inference::{InferParameter, ModelInferRequest};
+use featurelog_schemas::tensor::TensorError;
+use prost::Message;
+use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+
+use crate::allowlist::ModelRule;
+
+/// Why a request could not be read.
+#[derive(Debug, PartialEq)]
+pub enum LazyError {
+    /// Not a valid ModelInferRequest.
+    Malformed,
+    /// Raw contents for some inputs but not for all.
+    RawCount(TensorError),
+}
+
+/// The `name` (field 1) of an encoded tensor message, as a slice of it: no allocation for the
+/// many inputs that are not logged.
+fn tensor_name(tensor: &Bytes) -> Result<Bytes, LazyError> {
+    let mut buf = tensor.clone();
+    let mut name = Bytes::new();
+    while buf.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut buf).map_err(|_| LazyError::Malformed)?;
+        if (tag, wire_type) == (1, WireType::LengthDelimited) {
+            // The last occurrence wins, as in a full decode.
+            name = length_delimited(&mut buf)?;
+        } else {
+            skip_field(wire_type, tag, &mut buf, DecodeContext::default())
+                .map_err(|_| LazyError::Malformed)?;
+        }
+    }
+    Ok(name)
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ParameterEntry {
+    #[prost(string, tag = "1")]
+    key: String,
+    #[prost(message, optional, tag = "2")]
+    value: Option<InferParameter>,
+}
+
+fn length_delimited(buf: &mut Bytes) -> Result<Bytes, LazyError> {
+    let len = usize::try_from(decode_varint(buf).map_err(|_| LazyError::Malformed)?)
+        .map_err(|_| LazyError::Malformed)?;
+    if len > buf.remaining() {
+        return Err(LazyError::Malformed);
+    }
+    Ok(buf.split_to(len))
+}
+
+fn string(field: Bytes) -> Result<String, LazyError> {
+    String::from_utf8(field.to_vec()).map_err(|_| LazyError::Malformed)
+}
+
+/// The request with only the inputs `rule` needs (its features and candidate-id tensor), their
+/// raw contents at matching positions, and its parameters when the rule reads any.
+pub fn decode_for_rule(mut buf: Bytes, rule: &ModelRule) -> Result<ModelInferRequest, LazyError> {
+    let mut request = ModelInferRequest::default();
+    let mut inputs: Vec<Bytes> = Vec::new();
+    let mut raw: Vec<Bytes> = Vec::new();
+    let mut params: Vec<Bytes> = Vec::new();
+    while buf.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut buf).map_err(|_| LazyError::Malformed)?;
+        match (tag, wire_type) {
+            (1, WireType::LengthDelimited) => {
+                request.model_name = string(length_delimited(&mut buf)?)?
+            }
+            (2, WireType::LengthDelimited) => {
+                request.model_version = string(length_delimited(&mut buf)?)?;
+            }
+            (3, WireType::LengthDelimited) => request.id = string(length_delimited(&mut buf)?)?,
+            (4, WireType::LengthDelimited) => params.push(length_delimited(&mut buf)?),
+            (5, WireType::LengthDelimited) => inputs.push(length_delimited(&mut buf)?),
+            (7, WireType::LengthDelimited) => raw.push(length_delimited(&mut buf)?),
+            _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())
+                .map_err(|_| LazyError::Malformed)?,
+        }
+    }
+    if !raw.is_empty() && raw.len() != inputs.len() {
+        return Err(LazyError::RawCount(TensorError::RawCountMismatch {
+            inputs: inputs.len(),
+            raw: raw.len(),
+        }));
+    }
+    let wanted: HashSet<&str> = rule
+        .features
+        .iter()
+        .chain(&rule.candidate_ids_input)
+        .map(String::as_str)
+        .collect();
+    for (i, input) in inputs.into_iter().enumerate() {
+        let name = tensor_name(&input)?;
+        if !std::str::from_utf8(&name).is_ok_and(|n| wanted.contains(n)) {
+            continue;
+        }
+        request
+            .inputs
+            .push(InferInputTensor::decode(input).map_err(|_| LazyError::Malformed)?);
+        if let Some(r) = raw.get(i) {
+            request.raw_input_contents.push(r.clone());
+        }
+    }
+    if !rule.parameters.is_empty() || rule.candidate_ids_parameter.is_some() {
+        for entry in params {
+            let entry = ParameterEntry::decode(entry).map_err(|_| LazyError::Malformed)?;
+            request
+                .parameters
+                .insert(entry.key, entry.value.unwrap_or_default());
+        }
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use featurelog_schemas::inference::infer_parameter::ParameterChoice;
+    use featurelog_schemas::tensor::TensorValues;
+
+    fn rule(features: &[&str]) -> ModelRule {
+        ModelRule {
+            name: "m".into(),
+            version: None,
+            features: features.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![],
+            candidate_ids_input: Some("ids".into()),
+            candidate_ids_parameter: None,
+            parameters: vec!["surface".into()],
+            sample_rate: 1.0,
+            top_k: None,
+        }
+    }
+
+    fn full(raw: bool) -> ModelInferRequest {
+        let mut r = ModelInferRequest {
+            model_name: "m".into(),
+            model_version: "2".into(),
+            id: "x".into(),
+            parameters: [(
+                "surface".to_string(),
+                InferParameter {
+                    parameter_choice: Some(ParameterChoice::StringParam("home".into())),
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        for (i, name) in ["a", "ids", "b", "c"].iter().enumerate() {
+            let values = TensorValues::Int64(vec![i as i64; 3]);
+            let mut t = InferInputTensor {
+                name: name.to_string(),
+                datatype: "INT64".into(),
+                shape: vec![3],
+                ..Default::default()
+            };
+            if raw {
+                r.raw_input_contents.push(values.to_raw());
+            } else {
+                t.contents = Some(values.to_contents());
+            }
+            r.inputs.push(t);
+        }
+        r
+    }
+
+    #[test]
+    fn keeps_only_the_rules_inputs_with_their_raw_contents_aligned() {
+        for raw in [false, true] {
+            let original = full(raw);
+            let got =
+                decode_for_rule(Bytes::from(original.encode_to_vec()), &rule(&["c", "a"])).unwrap();
+            assert_eq!(
+                (
+                    got.model_name.as_str(),
+                    got.model_version.as_str(),
+                    got.id.as_str()
+                ),
+                ("m", "2", "x")
+            );
+            let names: Vec<_> = got.inputs.iter().map(|t| t.name.as_str()).collect();
+            assert_eq!(names, ["a", "ids", "c"]);
+            if raw {
+                assert_eq!(got.raw_input_contents.len(), 3);
+                assert_eq!(got.raw_input_contents[2], original.raw_input_contents[3]);
+            } else {
+                assert_eq!(got.inputs[2].contents, original.inputs[3].contents);
+            }
+            assert_eq!(got.parameters, original.parameters);
+        }
+    }
+
+    #[test]
+    fn garbage_and_mismatched_raw_counts_are_errors_not_panics() {
+        assert_eq!(
+            decode_for_rule(Bytes::from_static(&[0x2a, 0xff, 0xff]), &rule(&[])),
+            Err(LazyError::Malformed)
+        );
+        let mut r = full(true);
+        r.raw_input_contents.pop();
+        assert!(matches!(
+            decode_for_rule(Bytes::from(r.encode_to_vec()), &rule(&[])),
+            Err(LazyError::RawCount(_))
+        ));
+    }
+}

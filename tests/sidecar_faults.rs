@@ -1,0 +1,254 @@
+//! The sidecar under change and trouble: allow-list reloads, input it cannot decode, oversized
+//! calls, and a broker that goes away in the middle of traffic. In every case each inference
+//! call still succeeds; what is not logged is counted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
+
+use std::time::Duration;
+
+use featurelog_schemas::tensor::TensorValues;
+use featurelog_testkit::broker::DedicatedBroker;
+use featurelog_testkit::serving::{
+    client, decode_log, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
+};
+use featurelog_testkit::{eventually, kafka};
+
+fn allow(features: &[&str]) -> String {
+    format!(
+        "[[model]]\nname = \"ranker\"\nfeatures = {features:?}\ncandidate-ids-input = \"item_id\"\n"
+    )
+}
+
+#[tokio::test]
+async fn allow_list_reloads_without_restart_and_a_broken_file_is_refused() {
+    let Some(kafka) = kafka("allow_list_reloads_without_restart") else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-reload", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let config = sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&kafka.config),
+        &topic,
+        &allow(&["user_age"]),
+    );
+    let allow_path = config.allow_list.clone();
+    let sidecar = sidecar(config).await;
+    let handle = sidecar.allow_list.clone().unwrap();
+    let mut via = client(sidecar.local_addr).await;
+    let v1 = handle.current().version.clone();
+
+    via.model_infer(ranker_request("before", 4, 0, 1, false))
+        .await
+        .unwrap();
+
+    std::fs::write(&allow_path, allow(&["item_price", "user_locale"])).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || handle.current().version != v1).await,
+        "the new allow list was not picked up"
+    );
+    let v2 = handle.current().version.clone();
+    via.model_infer(ranker_request("after", 4, 0, 2, false))
+        .await
+        .unwrap();
+
+    std::fs::write(
+        &allow_path,
+        "[[model]]\nname = \"ranker\"\nsample-rate = 7\n",
+    )
+    .unwrap();
+    let refused = featurelog_sidecar::metrics::Reason { reason: "refused" };
+    let metrics = sidecar.metrics.clone();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            metrics.allow_list_reloads.get_or_create(&refused).get() == 1
+        })
+        .await,
+        "the broken allow list was not refused"
+    );
+    assert_eq!(
+        handle.current().version,
+        v2,
+        "the previous list stays in force"
+    );
+    via.model_infer(ranker_request("broken", 4, 0, 3, false))
+        .await
+        .unwrap();
+
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    let records = kafka.read(&topic, 3, Duration::from_secs(60)).await;
+    let record = |key: &str| {
+        decode_log(
+            &records
+                .iter()
+                .find(|r| r.key_str() == key)
+                .unwrap_or_else(|| panic!("no record {key}"))
+                .payload,
+        )
+    };
+    let names = |key: &str| {
+        record(key)
+            .features
+            .into_iter()
+            .map(|f| f.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names("before"), ["user_age"]);
+    assert_eq!(record("before").allow_list_version, v1);
+    assert_eq!(names("after"), ["item_price", "user_locale"]);
+    assert_eq!(record("after").allow_list_version, v2);
+    assert_eq!(names("broken"), ["item_price", "user_locale"]);
+}
+
+#[tokio::test]
+async fn calls_the_sidecar_cannot_log_still_succeed_and_are_counted() {
+    let Some(kafka) = kafka("calls_the_sidecar_cannot_log_still_succeed") else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-bad-input", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let mut config = sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&kafka.config),
+        &topic,
+        &allow(&["item_price"]),
+    );
+    config.publish.max_message_bytes = 64 * 1024;
+    let sidecar = sidecar(config).await;
+    let mut direct = client(model_addr).await;
+    let mut via = client(sidecar.local_addr).await;
+
+    // Candidate ids as floats: the model takes them, the sidecar cannot use them as ids.
+    let mut float_ids = ranker_request("float-ids", 4, 0, 1, false);
+    float_ids.inputs[0].datatype = "FP32".into();
+    float_ids.inputs[0].contents = Some(TensorValues::Fp32(vec![1.0, 2.0, 3.0, 4.0]).to_contents());
+    // Larger than max-message-bytes.
+    let oversized = ranker_request("oversized", 2000, 10, 2, true);
+    // Fine.
+    let good = ranker_request("good", 4, 0, 3, false);
+    for request in [float_ids, oversized, good] {
+        let want = direct
+            .model_infer(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let got = via.model_infer(request).await.unwrap().into_inner();
+        assert_eq!(got, want);
+    }
+    // A call the model refuses is passed back as the model said, and not logged.
+    let mut bad_shape = ranker_request("bad-shape", 4, 0, 4, false);
+    bad_shape.inputs[3].shape = vec![5];
+    let want = direct.model_infer(bad_shape.clone()).await.unwrap_err();
+    let got = via.model_infer(bad_shape).await.unwrap_err();
+    assert_eq!((got.code(), got.message()), (want.code(), want.message()));
+
+    let metrics = sidecar.metrics.clone();
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    assert_eq!(metrics.dropped_count("bad_candidate_ids"), 1);
+    assert_eq!(metrics.dropped_count("too_large"), 1);
+    let failed = featurelog_sidecar::metrics::Reason {
+        reason: "call_failed",
+    };
+    assert_eq!(metrics.skipped.get_or_create(&failed).get(), 1);
+    assert_eq!(metrics.records_delivered.get(), 1);
+    let records = kafka.read(&topic, 1, Duration::from_secs(60)).await;
+    assert_eq!(records[0].key_str(), "good");
+}
+
+#[tokio::test]
+async fn broker_outage_never_fails_a_call_and_logging_resumes() {
+    let Some(_shared) = kafka("broker_outage_never_fails_a_call_and_logging_resumes") else {
+        return;
+    };
+    let broker = DedicatedBroker::start();
+    let kafka = featurelog_testkit::TestKafka {
+        config: broker.config.clone(),
+    };
+    let topic = kafka.unique_topic("sidecar-outage", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let mut config = sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&kafka.config),
+        &topic,
+        &allow(&["item_price"]),
+    );
+    let props = &mut config.kafka.as_mut().unwrap().properties;
+    // Small bounds so the outage shows within seconds rather than minutes.
+    props.insert("queue.buffering.max.messages".into(), "50".into());
+    props.insert("message.timeout.ms".into(), "4000".into());
+    props.insert("reconnect.backoff.max.ms".into(), "500".into());
+    config.publish.adaptive.interval = Duration::from_millis(200);
+    let sidecar = sidecar(config).await;
+    let metrics = sidecar.metrics.clone();
+    let mut via = client(sidecar.local_addr).await;
+
+    for i in 0..20 {
+        via.model_infer(ranker_request(&format!("before-{i}"), 4, 0, i, false))
+            .await
+            .unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || metrics.records_delivered.get()
+            == 20)
+        .await,
+        "records before the outage were not delivered"
+    );
+
+    broker.stop();
+    // Traffic through the outage: every call must succeed, whatever Kafka does.
+    let mut i = 0u32;
+    let outage_started = tokio::time::Instant::now();
+    while outage_started.elapsed() < Duration::from_secs(8) {
+        via.model_infer(ranker_request(&format!("during-{i}"), 4, 0, i, false))
+            .await
+            .expect("an inference call failed during the broker outage");
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let dropped = metrics.dropped_count("producer_queue_full")
+        + metrics.dropped_count("delivery_failed")
+        + metrics.dropped_count("adaptive_shed");
+    assert!(dropped > 0, "no drop was counted during the outage");
+    assert!(
+        metrics.logged_fraction.get() < 1.0,
+        "the adaptive controller did not lower the logged fraction"
+    );
+
+    broker.restart();
+    let delivered_before = metrics.records_delivered.get();
+    let mut j = 0u32;
+    let resumed = tokio::time::Instant::now();
+    // Keep calling until records flow again (bounded: this is the assertion).
+    while metrics.records_delivered.get() < delivered_before + 20 {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(90),
+            "logging did not resume within 90 s of the broker's return"
+        );
+        via.model_infer(ranker_request(&format!("after-{j}"), 4, 0, j, false))
+            .await
+            .expect("an inference call failed after the broker came back");
+        j += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sidecar.stop();
+    sidecar.wait().await;
+
+    // The records of calls made after the return are on the topic.
+    let total = metrics.records_delivered.get() as usize;
+    let records = kafka.read(&topic, total, Duration::from_secs(60)).await;
+    let after = records
+        .iter()
+        .filter(|r| r.key_str().starts_with("after-"))
+        .count();
+    assert!(
+        after > 0,
+        "no record of the calls after the outage reached the topic"
+    );
+}
