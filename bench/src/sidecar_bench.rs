@@ -325,7 +325,6 @@ async fn scrape(addr: SocketAddr) -> anyhow::Result<String> {
     Ok(out)
 }
 #[allow(clippy::too_many_arguments)]
-
 fn write_sidecar_config(
     dir: &Path,
     name: &str,
