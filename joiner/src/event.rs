@@ -1,0 +1,354 @@
+//! Events that apps publish (impressions, clicks, conversions), decoded from the protobuf
+//! `featurelog.v1.Impression` or from JSON whose field names the config gives. Anything that
+//! cannot be decoded is an [`EventError`] with a reason for the dead-letter topic.
+
+use std::collections::BTreeMap;
+
+use featurelog_schemas::featurelog::v1::{EventType, Impression};
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+/// What happened to a candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// Shown.
+    Impression,
+    /// Clicked.
+    Click,
+    /// Converted.
+    Conversion,
+    /// Another action, by name.
+    Other(String),
+}
+
+/// One decoded event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The request that scored the candidate.
+    pub request_id: String,
+    /// The candidate.
+    pub item_id: String,
+    /// Event time, microseconds since the Unix epoch.
+    pub time_us: i64,
+    /// What happened.
+    pub kind: EventKind,
+    /// Label values that came with it.
+    pub labels: BTreeMap<String, f64>,
+}
+
+/// Why an event was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EventError {
+    /// Not a valid protobuf Impression.
+    #[error("not a featurelog.v1.Impression: {0}")]
+    Protobuf(String),
+    /// Not valid JSON, or not an object.
+    #[error("not a JSON object: {0}")]
+    Json(String),
+    /// A required field is missing or has the wrong type.
+    #[error("field {field:?}: {problem}")]
+    Field {
+        /// The field name as configured.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The event type is not one the joiner knows and no name was given.
+    #[error("unknown event type {0:?}")]
+    EventType(String),
+}
+
+impl EventError {
+    /// A short, stable reason for metric labels and dead-letter headers.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            EventError::Protobuf(_) => "bad_protobuf",
+            EventError::Json(_) => "bad_json",
+            EventError::Field { .. } => "bad_field",
+            EventError::EventType(_) => "unknown_event_type",
+        }
+    }
+}
+
+/// The field names of JSON events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct JsonFields {
+    /// The request id field.
+    #[serde(default = "default_request_id")]
+    pub request_id: String,
+    /// The item id field (string or integer).
+    #[serde(default = "default_item_id")]
+    pub item_id: String,
+    /// The event time field: epoch milliseconds (number) or RFC 3339 text.
+    #[serde(default = "default_event_time")]
+    pub event_time: String,
+    /// The event type field: "impression", "click", "conversion" or any other name.
+    #[serde(default = "default_event_type")]
+    pub event_type: String,
+    /// Numeric fields copied as label values.
+    #[serde(default)]
+    pub labels: Vec<String>,
+}
+
+impl Default for JsonFields {
+    fn default() -> Self {
+        Self {
+            request_id: default_request_id(),
+            item_id: default_item_id(),
+            event_time: default_event_time(),
+            event_type: default_event_type(),
+            labels: Vec::new(),
+        }
+    }
+}
+
+fn default_request_id() -> String {
+    "request_id".into()
+}
+fn default_item_id() -> String {
+    "item_id".into()
+}
+fn default_event_time() -> String {
+    "event_time".into()
+}
+fn default_event_type() -> String {
+    "event_type".into()
+}
+
+/// Decodes a protobuf `featurelog.v1.Impression`.
+pub fn from_protobuf(payload: &[u8]) -> Result<Event, EventError> {
+    let m = Impression::decode(payload).map_err(|e| EventError::Protobuf(e.to_string()))?;
+    let missing = |field: &str| EventError::Field {
+        field: field.into(),
+        problem: "missing or empty".into(),
+    };
+    if m.request_id.is_empty() {
+        return Err(missing("request_id"));
+    }
+    if m.item_id.is_empty() {
+        return Err(missing("item_id"));
+    }
+    let t = m.event_time.ok_or_else(|| missing("event_time"))?;
+    let kind = match EventType::try_from(m.event_type) {
+        Ok(EventType::Impression) => EventKind::Impression,
+        Ok(EventType::Click) => EventKind::Click,
+        Ok(EventType::Conversion) => EventKind::Conversion,
+        Ok(EventType::Other) if !m.event_name.is_empty() => EventKind::Other(m.event_name),
+        _ => {
+            return Err(EventError::EventType(format!(
+                "{} {:?}",
+                m.event_type, m.event_name
+            )));
+        }
+    };
+    Ok(Event {
+        request_id: m.request_id,
+        item_id: m.item_id,
+        time_us: t.seconds.saturating_mul(1_000_000) + i64::from(t.nanos / 1000),
+        kind,
+        labels: m.labels.into_iter().collect(),
+    })
+}
+
+/// Decodes a JSON event with the configured field names.
+pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| EventError::Json(e.to_string()))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| EventError::Json("the payload is not an object".into()))?;
+    let field = |name: &str| {
+        object
+            .get(name)
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| EventError::Field {
+                field: name.into(),
+                problem: "missing".into(),
+            })
+    };
+    let id = |name: &str| -> Result<String, EventError> {
+        match field(name)? {
+            serde_json::Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+            other => Err(EventError::Field {
+                field: name.into(),
+                problem: format!("expected a non-empty string or an integer, got {other}"),
+            }),
+        }
+    };
+    let time_us = match field(&fields.event_time)? {
+        serde_json::Value::Number(n) => {
+            n.as_i64()
+                .and_then(|ms| ms.checked_mul(1000))
+                .ok_or_else(|| EventError::Field {
+                    field: fields.event_time.clone(),
+                    problem: format!("{n} is not epoch milliseconds"),
+                })?
+        }
+        serde_json::Value::String(s) => parse_rfc3339_us(s).ok_or_else(|| EventError::Field {
+            field: fields.event_time.clone(),
+            problem: format!("{s:?} is not RFC 3339 (2026-11-29T18:00:00Z)"),
+        })?,
+        other => {
+            return Err(EventError::Field {
+                field: fields.event_time.clone(),
+                problem: format!("expected epoch milliseconds or RFC 3339 text, got {other}"),
+            });
+        }
+    };
+    let kind = match field(&fields.event_type)?.as_str() {
+        Some("impression") => EventKind::Impression,
+        Some("click") => EventKind::Click,
+        Some("conversion") => EventKind::Conversion,
+        Some(other) if !other.is_empty() => EventKind::Other(other.to_owned()),
+        _ => {
+            return Err(EventError::EventType(
+                field(&fields.event_type)?.to_string(),
+            ));
+        }
+    };
+    let mut labels = BTreeMap::new();
+    for name in &fields.labels {
+        if let Some(v) = object.get(name).and_then(serde_json::Value::as_f64) {
+            labels.insert(name.clone(), v);
+        }
+    }
+    Ok(Event {
+        request_id: id(&fields.request_id)?,
+        item_id: id(&fields.item_id)?,
+        time_us,
+        kind,
+        labels,
+    })
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` into epoch microseconds.
+fn parse_rfc3339_us(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut micros = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let padded: String = frac[..digits]
+            .chars()
+            .chain("000000".chars())
+            .take(6)
+            .collect();
+        micros = padded.parse().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset_s = match rest {
+        "Z" | "z" => 0,
+        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) => {
+            let sign = if rest.starts_with('-') { -1 } else { 1 };
+            sign * (rest[1..3].parse::<i64>().ok()? * 3600 + rest[4..6].parse::<i64>().ok()? * 60)
+        }
+        _ => return None,
+    };
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3600 + mi * 60 + se) - offset_s) * 1_000_000 + micros)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_with_default_and_custom_field_names() {
+        let e = from_json(
+            br#"{"request_id":"r1","item_id":42,"event_time":1764439200123,"event_type":"click"}"#,
+            &JsonFields::default(),
+        )
+        .unwrap();
+        assert_eq!((e.request_id.as_str(), e.item_id.as_str()), ("r1", "42"));
+        assert_eq!(e.time_us, 1_764_439_200_123_000);
+        assert_eq!(e.kind, EventKind::Click);
+
+        let fields = JsonFields {
+            request_id: "rid".into(),
+            item_id: "sku".into(),
+            event_time: "ts".into(),
+            event_type: "action".into(),
+            labels: vec!["dwell".into()],
+        };
+        let e = from_json(
+            br#"{"rid":"r2","sku":"a-1","ts":"2025-11-29T18:00:00.5+01:00","action":"impression","dwell":3.5}"#,
+            &fields,
+        )
+        .unwrap();
+        assert_eq!(e.time_us, 1_764_435_600_500_000);
+        assert_eq!(e.labels.get("dwell"), Some(&3.5));
+    }
+
+    #[test]
+    fn bad_events_say_why() {
+        let f = JsonFields::default();
+        for (payload, reason) in [
+            (&b"{not json"[..], "bad_json"),
+            (b"[1,2]", "bad_json"),
+            (br#"{"item_id":"i","event_time":1,"event_type":"click"}"#, "bad_field"),
+            (br#"{"request_id":"r","item_id":"i","event_time":"yesterday","event_type":"click"}"#, "bad_field"),
+            (br#"{"request_id":"r","item_id":1.5,"event_time":1,"event_type":"click"}"#, "bad_field"),
+            (br#"{"request_id":"r","item_id":"i","event_time":1,"event_type":""}"#, "unknown_event_type"),
+        ] {
+            assert_eq!(from_json(payload, &f).unwrap_err().reason(), reason, "{:?}", String::from_utf8_lossy(payload));
+        }
+        assert_eq!(
+            from_protobuf(&[0xff, 0xff]).unwrap_err().reason(),
+            "bad_protobuf"
+        );
+    }
+
+    #[test]
+    fn protobuf_events_decode() {
+        let m = Impression {
+            request_id: "r".into(),
+            item_id: "i".into(),
+            event_time: Some(prost_types::Timestamp {
+                seconds: 10,
+                nanos: 5_000,
+            }),
+            event_type: EventType::Conversion as i32,
+            event_name: String::new(),
+            labels: [("revenue".to_string(), 9.5)].into(),
+        };
+        let e = from_protobuf(&m.encode_to_vec()).unwrap();
+        assert_eq!(e.time_us, 10_000_005);
+        assert_eq!(e.kind, EventKind::Conversion);
+        assert_eq!(e.labels.get("revenue"), Some(&9.5));
+    }
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(parse_rfc3339_us("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_rfc3339_us("2000-03-01T00:00:00Z"),
+            Some(951_868_800_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339_us("2025-11-29T18:00:00.25Z"),
+            Some(1_764_439_200_250_000)
+        );
+        assert_eq!(parse_rfc3339_us("2026-13-29T18:00:00Z"), None);
+    }
+}

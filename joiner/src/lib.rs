@@ -1,0 +1,9 @@
+//! The joiner's building blocks (see docs/JOINER.md for the design they implement).
+//!
+//! - [`event`]: impression, click and conversion events from apps, as protobuf or JSON.
+//! - [`state`]: the event-time join of feature logs with those events, per task.
+//!
+//! The Kafka runtime, the Parquet sink and `featurelog join` are not built yet.
+
+pub mod event;
+pub mod state;

@@ -1,0 +1,630 @@
+//! The event-time join of one task (one partition of the feature-log topic with the same
+//! partition of the repartitioned events), as docs/JOINER.md specifies.
+//!
+//! Two tables: feature logs by request id, and pending candidates by (request id, item id) that
+//! have seen an impression, a click or a conversion. Each has an ordered index by the event time
+//! at which something must happen to an entry (emission or expiry), as mini-redis keeps expiry;
+//! [`JoinState::advance`] pops those indexes up to the watermark. Everything runs on event time,
+//! so the same input gives the same rows however fast it is read.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use featurelog_schemas::featurelog::v1::FeatureLog;
+
+use crate::event::{Event, EventKind};
+
+/// Windows and bounds of the join, in microseconds of event time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinConfig {
+    /// How long a request's features wait for its impressions.
+    pub features_wait_us: i64,
+    /// How long an impression waits for its request's features.
+    pub impressions_wait_us: i64,
+    /// Clicks and conversions within this time after the impression fold into its row; the row
+    /// is emitted when it closes. `None`: emitted as soon as impression and features meet.
+    pub label_window_us: Option<i64>,
+    /// How far behind the newest event an input's events may still arrive.
+    pub max_out_of_orderness_us: i64,
+    /// The fraction of scored-but-never-impressed candidates emitted as negatives.
+    pub negatives_rate: f64,
+    /// A bound on the estimated bytes held; past it the oldest features are evicted.
+    pub max_bytes: usize,
+}
+
+/// What the events said about a candidate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Labels {
+    /// Clicks seen.
+    pub clicks: u32,
+    /// Conversions seen.
+    pub conversions: u32,
+    /// Other named events seen, by name.
+    pub other: BTreeMap<String, u32>,
+    /// Label values that came with the events, summed by name.
+    pub values: BTreeMap<String, f64>,
+}
+
+/// One training row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The request.
+    pub request_id: String,
+    /// The candidate.
+    pub item_id: String,
+    /// The request's logged features.
+    pub features: Arc<FeatureLog>,
+    /// The candidate's row in `features`.
+    pub row: usize,
+    /// When it was impressed; `None` for a negative.
+    pub impression_time_us: Option<i64>,
+    /// Its labels.
+    pub labels: Labels,
+}
+
+/// Counts of what happened to entries, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Rows emitted from an impression.
+    pub joined: u64,
+    /// Candidates scored and never impressed before their features expired.
+    pub scored_not_impressed: u64,
+    /// Of those, emitted as negatives.
+    pub negatives: u64,
+    /// Impressions whose features never came.
+    pub impression_without_features: u64,
+    /// Impressions of items the request did not score.
+    pub unknown_item: u64,
+    /// Clicks or conversions with no impression.
+    pub labels_without_impression: u64,
+    /// Events that came after their row was emitted or their request expired.
+    pub late: u64,
+    /// Feature logs evicted by the memory bound before their time.
+    pub evicted: u64,
+    /// Feature logs for a request that already had one (the first is kept).
+    pub duplicate_features: u64,
+}
+
+struct FeatureEntry {
+    log: Arc<FeatureLog>,
+    bytes: usize,
+    rows: HashMap<String, usize>,
+    /// Items with an impression (joined or pending), for the scored-not-impressed count.
+    impressed: HashSet<String>,
+}
+
+#[derive(Default)]
+struct Pending {
+    impression_us: Option<i64>,
+    first_us: i64,
+    labels: Labels,
+    /// Set once impression and features have met.
+    matched: Option<(Arc<FeatureLog>, usize)>,
+    /// Index key currently scheduled in `pending_due`.
+    due: i64,
+}
+
+const PENDING_BYTES: usize = 256;
+
+/// The join state of one task.
+pub struct JoinState {
+    config: JoinConfig,
+    features: HashMap<String, FeatureEntry>,
+    feature_expiry: BTreeSet<(i64, String)>,
+    pending: HashMap<(String, String), Pending>,
+    pending_due: BTreeSet<(i64, String, String)>,
+    /// Emitted candidates by request, until the request's features expire: a later event for
+    /// one of them is late, never a second row.
+    emitted: HashMap<String, HashSet<String>>,
+    max_features_us: i64,
+    max_events_us: i64,
+    watermark_us: i64,
+    bytes: usize,
+    /// What happened so far.
+    pub counts: Counts,
+}
+
+fn served_at_us(log: &FeatureLog) -> i64 {
+    log.served_at
+        .as_ref()
+        .map(|t| t.seconds.saturating_mul(1_000_000) + i64::from(t.nanos / 1000))
+        .unwrap_or(0)
+}
+
+/// Whether a scored, never impressed candidate becomes a negative: FNV-1a of
+/// "request id/item id" against the rate, so any system can reproduce the choice.
+fn negative_sampled(request_id: &str, item_id: &str, rate: f64) -> bool {
+    if rate <= 0.0 {
+        return false;
+    }
+    let h = request_id
+        .bytes()
+        .chain(std::iter::once(b'/'))
+        .chain(item_id.bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    rate >= 1.0 || h % 1_000_000 < (rate * 1_000_000.0) as u64
+}
+
+impl JoinState {
+    /// An empty state.
+    pub fn new(config: JoinConfig) -> Self {
+        Self {
+            config,
+            features: HashMap::new(),
+            feature_expiry: BTreeSet::new(),
+            pending: HashMap::new(),
+            pending_due: BTreeSet::new(),
+            emitted: HashMap::new(),
+            max_features_us: i64::MIN,
+            max_events_us: i64::MIN,
+            watermark_us: i64::MIN,
+            bytes: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    /// The watermark: no event older than this is expected any more. Never decreases.
+    pub fn watermark_us(&self) -> i64 {
+        self.watermark_us
+    }
+
+    /// Estimated bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Requests with features held.
+    pub fn requests(&self) -> usize {
+        self.features.len()
+    }
+
+    /// Takes a request's feature log; returns rows it completes.
+    pub fn add_features(&mut self, log: FeatureLog) -> Vec<Row> {
+        let served = served_at_us(&log);
+        self.max_features_us = self.max_features_us.max(served);
+        let request_id = log.request_id.clone();
+        let mut out = Vec::new();
+        if self.features.contains_key(&request_id) {
+            self.counts.duplicate_features += 1;
+            self.advance_into(&mut out);
+            return out;
+        }
+        let expires_at = served.saturating_add(self.config.features_wait_us);
+        if expires_at <= self.watermark_us {
+            // Its window closed before it arrived: it can join nothing new.
+            self.counts.late += 1;
+            self.advance_into(&mut out);
+            return out;
+        }
+        let bytes = prost::Message::encoded_len(&log) + 64 * log.candidate_ids.len();
+        let rows = log
+            .candidate_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
+        let entry = FeatureEntry {
+            log: Arc::new(log),
+            bytes,
+            rows,
+            impressed: HashSet::new(),
+        };
+        self.bytes += bytes;
+        self.feature_expiry.insert((expires_at, request_id.clone()));
+        self.features.insert(request_id.clone(), entry);
+        // Impressions that were waiting for these features.
+        let waiting: Vec<(String, String)> = self
+            .pending
+            .keys()
+            .filter(|(r, _)| *r == request_id)
+            .cloned()
+            .collect();
+        for key in waiting {
+            self.try_match(&key, &mut out);
+        }
+        self.enforce_bound();
+        self.advance_into(&mut out);
+        out
+    }
+
+    /// Takes an event; returns rows it completes.
+    pub fn add_event(&mut self, event: Event) -> Vec<Row> {
+        self.max_events_us = self.max_events_us.max(event.time_us);
+        let mut out = Vec::new();
+        let Event {
+            request_id,
+            item_id,
+            time_us,
+            kind,
+            labels,
+        } = event;
+        if self
+            .emitted
+            .get(&request_id)
+            .is_some_and(|items| items.contains(&item_id))
+        {
+            self.counts.late += 1;
+            self.advance_into(&mut out);
+            return out;
+        }
+        if let Some(f) = self.features.get(&request_id) {
+            if !f.rows.contains_key(&item_id) {
+                self.counts.unknown_item += 1;
+                self.advance_into(&mut out);
+                return out;
+            }
+        } else if time_us.saturating_add(self.config.impressions_wait_us) <= self.watermark_us {
+            // Too old to wait for features any more.
+            self.counts.late += 1;
+            self.advance_into(&mut out);
+            return out;
+        }
+        let key = (request_id, item_id);
+        let is_new = !self.pending.contains_key(&key);
+        let p = self.pending.entry(key.clone()).or_insert_with(|| Pending {
+            first_us: time_us,
+            ..Pending::default()
+        });
+        if is_new {
+            self.bytes += PENDING_BYTES;
+        }
+        p.first_us = p.first_us.min(time_us);
+        match kind {
+            EventKind::Impression => {
+                // A repeated impression keeps the first.
+                p.impression_us = Some(p.impression_us.map_or(time_us, |t| t.min(time_us)));
+            }
+            EventKind::Click => p.labels.clicks += 1,
+            EventKind::Conversion => p.labels.conversions += 1,
+            EventKind::Other(name) => *p.labels.other.entry(name).or_default() += 1,
+        }
+        for (name, v) in labels {
+            *p.labels.values.entry(name).or_default() += v;
+        }
+        self.try_match(&key, &mut out);
+        self.reschedule(&key);
+        self.enforce_bound();
+        self.advance_into(&mut out);
+        out
+    }
+
+    /// Marks the match between an impressed pending entry and its features, and emits it when
+    /// there is no label window to wait for.
+    fn try_match(&mut self, key: &(String, String), out: &mut Vec<Row>) {
+        let Some(p) = self.pending.get_mut(key) else {
+            return;
+        };
+        if p.impression_us.is_none() || p.matched.is_some() {
+            return;
+        }
+        let Some(f) = self.features.get_mut(&key.0) else {
+            return;
+        };
+        let Some(&row) = f.rows.get(&key.1) else {
+            // The request did not score this item.
+            self.counts.unknown_item += 1;
+            self.remove_pending(key);
+            return;
+        };
+        f.impressed.insert(key.1.clone());
+        p.matched = Some((f.log.clone(), row));
+        if self.config.label_window_us.is_none() {
+            self.emit(key, out);
+        } else {
+            self.reschedule(key);
+        }
+    }
+
+    /// Puts a pending entry in the index at the next time something must happen to it.
+    fn reschedule(&mut self, key: &(String, String)) {
+        let Some(p) = self.pending.get_mut(key) else {
+            return;
+        };
+        let window = self.config.label_window_us.unwrap_or(0);
+        let due = match (p.impression_us, &p.matched) {
+            (Some(t), Some(_)) => t.saturating_add(window),
+            (Some(t), None) => t.saturating_add(self.config.impressions_wait_us.max(window)),
+            (None, _) => p
+                .first_us
+                .saturating_add(self.config.impressions_wait_us.saturating_add(window)),
+        };
+        if due != p.due
+            || !self
+                .pending_due
+                .contains(&(p.due, key.0.clone(), key.1.clone()))
+        {
+            self.pending_due
+                .remove(&(p.due, key.0.clone(), key.1.clone()));
+            p.due = due;
+            self.pending_due.insert((due, key.0.clone(), key.1.clone()));
+        }
+    }
+
+    fn remove_pending(&mut self, key: &(String, String)) -> Option<Pending> {
+        let p = self.pending.remove(key)?;
+        self.pending_due
+            .remove(&(p.due, key.0.clone(), key.1.clone()));
+        self.bytes = self.bytes.saturating_sub(PENDING_BYTES);
+        Some(p)
+    }
+
+    fn emit(&mut self, key: &(String, String), out: &mut Vec<Row>) {
+        let Some(p) = self.remove_pending(key) else {
+            return;
+        };
+        let Some((features, row)) = p.matched else {
+            return;
+        };
+        self.counts.joined += 1;
+        self.emitted
+            .entry(key.0.clone())
+            .or_default()
+            .insert(key.1.clone());
+        out.push(Row {
+            request_id: key.0.clone(),
+            item_id: key.1.clone(),
+            features,
+            row,
+            impression_time_us: p.impression_us,
+            labels: p.labels,
+        });
+    }
+
+    fn enforce_bound(&mut self) {
+        while self.bytes > self.config.max_bytes {
+            let Some((_, request_id)) = self.feature_expiry.pop_first() else {
+                break;
+            };
+            if let Some(f) = self.features.remove(&request_id) {
+                self.bytes = self.bytes.saturating_sub(f.bytes);
+                self.emitted.remove(&request_id);
+                self.counts.evicted += 1;
+            }
+        }
+    }
+
+    /// Moves the watermark to what both inputs have shown and handles everything due.
+    pub fn advance(&mut self) -> Vec<Row> {
+        let mut out = Vec::new();
+        self.advance_into(&mut out);
+        out
+    }
+
+    fn advance_into(&mut self, out: &mut Vec<Row>) {
+        let newest = self.max_features_us.min(self.max_events_us);
+        if newest == i64::MIN {
+            return;
+        }
+        let candidate = newest.saturating_sub(self.config.max_out_of_orderness_us);
+        self.watermark_us = self.watermark_us.max(candidate);
+        let wm = self.watermark_us;
+
+        while let Some((due, r, i)) = self.pending_due.first().cloned() {
+            if due > wm {
+                break;
+            }
+            let key = (r, i);
+            let (impressed, matched) = match self.pending.get(&key) {
+                Some(p) => (p.impression_us, p.matched.is_some()),
+                None => {
+                    self.pending_due.pop_first();
+                    continue;
+                }
+            };
+            match (impressed, matched) {
+                (Some(_), true) => self.emit(&key, out),
+                (Some(_), false) => {
+                    self.counts.impression_without_features += 1;
+                    self.remove_pending(&key);
+                }
+                (None, _) => {
+                    self.counts.labels_without_impression += 1;
+                    self.remove_pending(&key);
+                }
+            }
+        }
+
+        while let Some((expires_at, request_id)) = self.feature_expiry.first().cloned() {
+            if expires_at > wm {
+                break;
+            }
+            self.feature_expiry.pop_first();
+            let Some(f) = self.features.remove(&request_id) else {
+                continue;
+            };
+            self.bytes = self.bytes.saturating_sub(f.bytes);
+            self.emitted.remove(&request_id);
+            for (i, item) in f.log.candidate_ids.iter().enumerate() {
+                if f.impressed.contains(item) {
+                    continue;
+                }
+                self.counts.scored_not_impressed += 1;
+                if negative_sampled(&request_id, item, self.config.negatives_rate) {
+                    self.counts.negatives += 1;
+                    out.push(Row {
+                        request_id: request_id.clone(),
+                        item_id: item.clone(),
+                        features: f.log.clone(),
+                        row: i,
+                        impression_time_us: None,
+                        labels: Labels::default(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000_000;
+
+    fn config(label_window: Option<i64>) -> JoinConfig {
+        JoinConfig {
+            features_wait_us: 30 * MIN,
+            impressions_wait_us: 5 * MIN,
+            label_window_us: label_window,
+            max_out_of_orderness_us: 0,
+            negatives_rate: 0.0,
+            max_bytes: usize::MAX,
+        }
+    }
+
+    fn log(request: &str, at_min: i64, items: &[&str]) -> FeatureLog {
+        FeatureLog {
+            request_id: request.into(),
+            served_at: Some(prost_types::Timestamp {
+                seconds: at_min * 60,
+                nanos: 0,
+            }),
+            row_count: items.len() as u32,
+            candidate_ids: items.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn event(request: &str, item: &str, at_min: i64, kind: EventKind) -> Event {
+        Event {
+            request_id: request.into(),
+            item_id: item.into(),
+            time_us: at_min * MIN,
+            kind,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    fn keys(rows: &[Row]) -> Vec<(String, String)> {
+        rows.iter()
+            .map(|r| (r.request_id.clone(), r.item_id.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn either_side_may_come_first() {
+        let mut s = JoinState::new(config(None));
+        assert!(s.add_features(log("r1", 0, &["a", "b"])).is_empty());
+        let rows = s.add_event(event("r1", "b", 1, EventKind::Impression));
+        assert_eq!(keys(&rows), [("r1".into(), "b".into())]);
+        assert_eq!(rows[0].row, 1);
+
+        assert!(
+            s.add_event(event("r2", "x", 2, EventKind::Impression))
+                .is_empty()
+        );
+        let rows = s.add_features(log("r2", 2, &["x"]));
+        assert_eq!(keys(&rows), [("r2".into(), "x".into())]);
+        assert_eq!(s.counts.joined, 2);
+    }
+
+    #[test]
+    fn clicks_in_the_label_window_fold_in_and_the_row_waits_for_the_window() {
+        let mut s = JoinState::new(config(Some(10 * MIN)));
+        s.add_features(log("r1", 0, &["a", "b"]));
+        assert!(
+            s.add_event(event("r1", "a", 1, EventKind::Impression))
+                .is_empty()
+        );
+        assert!(
+            s.add_event(event("r1", "a", 3, EventKind::Click))
+                .is_empty()
+        );
+        let mut conv = event("r1", "a", 4, EventKind::Conversion);
+        conv.labels.insert("revenue".into(), 12.5);
+        assert!(s.add_event(conv).is_empty());
+        // Time moves on both inputs: the window (1 + 10 min) closes at 11.
+        s.add_features(log("r9", 10, &["z"]));
+        assert!(
+            s.add_event(event("r9", "z", 10, EventKind::Click))
+                .is_empty()
+        );
+        s.add_features(log("r8", 12, &["y"]));
+        let rows = s.add_event(event("r8", "y", 12, EventKind::Click));
+        assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
+        assert_eq!(rows[0].labels.clicks, 1);
+        assert_eq!(rows[0].labels.conversions, 1);
+        assert_eq!(rows[0].labels.values.get("revenue"), Some(&12.5));
+        assert_eq!(rows[0].impression_time_us, Some(MIN));
+        // A click after the row was emitted is late, not a second row.
+        assert!(
+            s.add_event(event("r1", "a", 12, EventKind::Click))
+                .is_empty()
+        );
+        assert_eq!(s.counts.late, 1);
+    }
+
+    #[test]
+    fn expiries_are_counted_by_outcome_and_negatives_sampled() {
+        let mut c = config(None);
+        c.negatives_rate = 1.0;
+        let mut s = JoinState::new(c);
+        s.add_features(log("r1", 0, &["a", "b", "c"]));
+        s.add_event(event("r1", "a", 1, EventKind::Impression));
+        s.add_event(event("lost", "q", 1, EventKind::Impression));
+        s.add_event(event("r1", "zzz", 1, EventKind::Impression));
+        // Both inputs reach minute 40: r1's features (30 min) and the lost impression (5 min)
+        // have expired.
+        s.add_features(log("late-req", 40, &["k"]));
+        let rows = s.add_event(event("late-req", "k", 40, EventKind::Impression));
+        let negatives: Vec<_> = rows
+            .iter()
+            .filter(|r| r.impression_time_us.is_none())
+            .map(|r| r.item_id.as_str())
+            .collect();
+        let mut negatives = negatives;
+        negatives.sort();
+        assert_eq!(negatives, ["b", "c"]);
+        assert_eq!(s.counts.scored_not_impressed, 2);
+        assert_eq!(s.counts.negatives, 2);
+        assert_eq!(s.counts.impression_without_features, 1);
+        assert_eq!(s.counts.unknown_item, 1);
+        assert_eq!(s.counts.joined, 2);
+    }
+
+    #[test]
+    fn the_watermark_never_moves_back() {
+        let mut s = JoinState::new(config(None));
+        s.add_features(log("r1", 20, &["a"]));
+        s.add_event(event("r1", "a", 20, EventKind::Impression));
+        let wm = s.watermark_us();
+        assert_eq!(wm, 20 * MIN);
+        s.add_features(log("r2", 3, &["a"]));
+        s.add_event(event("r2", "a", 3, EventKind::Impression));
+        assert_eq!(s.watermark_us(), wm);
+    }
+
+    #[test]
+    fn the_memory_bound_evicts_the_oldest_features_first() {
+        let mut c = config(None);
+        let one = prost::Message::encoded_len(&log("r0", 0, &["a"])) + 64;
+        c.max_bytes = one * 2 + one / 2;
+        let mut s = JoinState::new(c);
+        for (i, r) in ["r0", "r1", "r2", "r3"].iter().enumerate() {
+            s.add_features(log(r, i as i64, &["a"]));
+        }
+        assert_eq!(s.counts.evicted, 2);
+        assert_eq!(s.requests(), 2);
+        assert!(s.bytes() <= s.config.max_bytes);
+        // The newest survived and still joins.
+        assert_eq!(
+            s.add_event(event("r3", "a", 3, EventKind::Impression))
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_repeated_impression_gives_one_row() {
+        let mut s = JoinState::new(config(Some(MIN)));
+        s.add_features(log("r1", 0, &["a"]));
+        s.add_event(event("r1", "a", 1, EventKind::Impression));
+        s.add_event(event("r1", "a", 1, EventKind::Impression));
+        s.add_features(log("r2", 5, &["b"]));
+        let rows = s.add_event(event("r2", "b", 5, EventKind::Click));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(s.counts.joined, 1);
+    }
+}
