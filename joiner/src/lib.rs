@@ -2,8 +2,10 @@
 //!
 //! - [`event`]: impression, click and conversion events from apps, as protobuf or JSON.
 //! - [`state`]: the event-time join of feature logs with those events, per task.
+//! - [`rows`]: training rows as Arrow record batches with each feature's real type.
 //!
-//! The Kafka runtime, the Parquet sink and `featurelog join` are not built yet.
+//! The Kafka runtime, the Parquet sink's commit protocol and `featurelog join` are not built yet.
 
 pub mod event;
+pub mod rows;
 pub mod state;

@@ -1,0 +1,702 @@
+//! Training rows as Arrow record batches: fixed columns (ids, model, times, labels) and one
+//! column per logged feature and output with its real type.
+//!
+//! | protocol datatype | Arrow type |
+//! | --- | --- |
+//! | BOOL | Boolean |
+//! | INT8..INT64, UINT8..UINT64 | Int8..Int64, UInt8..UInt64 |
+//! | FP16, BF16 | Float32 (every half value is exactly representable) |
+//! | FP32, FP64 | Float32, Float64 |
+//! | BYTES | Utf8 when every value in the file is UTF-8, else Binary |
+//! | any, with a per-row shape such as [64] | FixedSizeList of the above, 64 wide |
+//!
+//! A per-request feature is repeated on every row of its request. A feature missing from a
+//! row's record (the allow list changed) is null. Outputs are named `output_<name>`. If the same
+//! name arrives with another datatype or shape, that variant gets its own column,
+//! `<name>__<DATATYPE>[x<width>]`, so no file ever mixes two types under one name.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::builder::{Float64Builder, MapBuilder, MapFieldNames, StringBuilder};
+use arrow_array::types::{
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
+use arrow_array::{
+    Array, ArrayRef, ArrowPrimitiveType, BinaryArray, BooleanArray, FixedSizeListArray,
+    PrimitiveArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array,
+};
+use arrow_schema::{ArrowError, DataType as ArrowType, Field, Schema};
+use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
+
+use crate::state::Row;
+
+/// A FeatureLog whose columns do not hold what their shapes say.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("feature log of request {request_id:?}: column {column:?}: {problem}")]
+pub struct InvalidFeatureLog {
+    /// The request.
+    pub request_id: String,
+    /// The column.
+    pub column: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+fn values_len(dt: DataType, v: &Values) -> Option<usize> {
+    Some(match dt {
+        DataType::Bool => v.bool_values.len(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => v.int32_values.len(),
+        DataType::Int64 => v.int64_values.len(),
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => v.uint32_values.len(),
+        DataType::Uint64 => v.uint64_values.len(),
+        DataType::Fp16 | DataType::Bf16 => v.half_bits.len(),
+        DataType::Fp32 => v.fp32_values.len(),
+        DataType::Fp64 => v.fp64_values.len(),
+        DataType::Bytes => v.bytes_values.len(),
+        DataType::Unspecified => return None,
+    })
+}
+
+fn per_row(f: &Feature) -> Option<usize> {
+    f.row_shape.iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    })
+}
+
+/// Checks that every column of a record holds `row_count` rows (one if per request) of its
+/// shape, that candidate ids match the row count, and that every datatype is known. Records
+/// that fail are dead-lettered rather than joined.
+pub fn validate(log: &FeatureLog) -> Result<(), InvalidFeatureLog> {
+    let err = |column: &str, problem: String| InvalidFeatureLog {
+        request_id: log.request_id.clone(),
+        column: column.to_owned(),
+        problem,
+    };
+    let rows = log.row_count as usize;
+    if !log.candidate_ids.is_empty() && log.candidate_ids.len() != rows {
+        return Err(err(
+            "candidate_ids",
+            format!("{} ids for {rows} rows", log.candidate_ids.len()),
+        ));
+    }
+    for f in log.features.iter().chain(&log.outputs) {
+        let dt = DataType::try_from(f.datatype)
+            .ok()
+            .filter(|d| *d != DataType::Unspecified)
+            .ok_or_else(|| err(&f.name, format!("unknown datatype {}", f.datatype)))?;
+        let width =
+            per_row(f).ok_or_else(|| err(&f.name, format!("bad shape {:?}", f.row_shape)))?;
+        let want = if f.per_request {
+            width
+        } else {
+            width.saturating_mul(rows)
+        };
+        let got = f
+            .values
+            .as_ref()
+            .and_then(|v| values_len(dt, v))
+            .unwrap_or(0);
+        if got != want {
+            return Err(err(
+                &f.name,
+                format!("{got} values, the shape needs {want}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where a column's values come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ColumnKey {
+    source: Source,
+    name: String,
+    datatype: DataType,
+    row_shape: Vec<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Source {
+    Feature,
+    Output,
+}
+
+/// FP16 bits to the f32 of the same value.
+fn f16_to_f32(bits: u16) -> f32 {
+    let sign = u32::from(bits >> 15) << 31;
+    let exp = u32::from((bits >> 10) & 0x1f);
+    let frac = u32::from(bits & 0x3ff);
+    let out = match (exp, frac) {
+        (0, 0) => sign,
+        (0, _) => {
+            // Subnormal: normalise.
+            let shift = frac.leading_zeros() - 21;
+            let frac = (frac << shift) & 0x3ff;
+            sign | ((127 - 15 + 1 - shift) << 23) | (frac << 13)
+        }
+        (0x1f, _) => sign | 0x7f80_0000 | (frac << 13),
+        _ => sign | ((exp + 127 - 15) << 23) | (frac << 13),
+    };
+    f32::from_bits(out)
+}
+
+fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+fn find<'a>(row: &'a Row, key: &ColumnKey) -> Option<&'a Feature> {
+    let list = match key.source {
+        Source::Feature => &row.features.features,
+        Source::Output => &row.features.outputs,
+    };
+    list.iter().find(|f| {
+        f.name == key.name && f.datatype == key.datatype as i32 && f.row_shape == key.row_shape
+    })
+}
+
+/// The element range of `row`'s value in a column.
+fn range(row: &Row, f: &Feature, width: usize) -> (usize, usize) {
+    let start = if f.per_request { 0 } else { row.row * width };
+    (start, start + width)
+}
+
+fn primitive<T: ArrowPrimitiveType>(
+    rows: &[Row],
+    key: &ColumnKey,
+    width: usize,
+    extend: impl Fn(&Values, usize, usize, &mut Vec<T::Native>) -> bool,
+) -> ArrayRef {
+    let mut values: Vec<T::Native> = Vec::with_capacity(rows.len() * width);
+    let mut valid = Vec::with_capacity(rows.len());
+    for row in rows {
+        let ok = find(row, key).is_some_and(|f| {
+            let (s, e) = range(row, f, width);
+            f.values
+                .as_ref()
+                .is_some_and(|v| extend(v, s, e, &mut values))
+        });
+        if !ok {
+            values.extend(std::iter::repeat_n(T::Native::default(), width));
+        }
+        valid.push(ok);
+    }
+    let array = PrimitiveArray::<T>::from_iter_values(values);
+    wrap(Arc::new(array), T::DATA_TYPE, key, width, valid)
+}
+
+fn wrap(
+    child: ArrayRef,
+    child_type: ArrowType,
+    key: &ColumnKey,
+    width: usize,
+    valid: Vec<bool>,
+) -> ArrayRef {
+    let nulls = Some(arrow_buffer_nulls(valid));
+    if key.row_shape.is_empty() {
+        // Re-apply validity to the flat array.
+        let data = child.to_data().into_builder().nulls(nulls).build();
+        return match data {
+            Ok(d) => arrow_array::make_array(d),
+            Err(_) => child,
+        };
+    }
+    let field = Arc::new(Field::new_list_field(child_type, false));
+    Arc::new(FixedSizeListArray::new(field, width as i32, child, nulls))
+}
+
+fn arrow_buffer_nulls(valid: Vec<bool>) -> arrow_buffer::NullBuffer {
+    arrow_buffer::NullBuffer::from(valid)
+}
+
+fn extend_slice<S: Copy, N>(
+    src: &[S],
+    s: usize,
+    e: usize,
+    out: &mut Vec<N>,
+    f: impl Fn(S) -> N,
+) -> bool {
+    match src.get(s..e) {
+        Some(slice) => {
+            out.extend(slice.iter().map(|&x| f(x)));
+            true
+        }
+        None => false,
+    }
+}
+
+fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowError> {
+    let width = rows
+        .iter()
+        .find_map(|r| find(r, key))
+        .and_then(per_row)
+        .unwrap_or(1);
+    let array: ArrayRef = match key.datatype {
+        DataType::Bool => {
+            let mut values = Vec::with_capacity(rows.len() * width);
+            let mut valid = Vec::with_capacity(rows.len());
+            for row in rows {
+                let ok = find(row, key).is_some_and(|f| {
+                    let (s, e) = range(row, f, width);
+                    f.values
+                        .as_ref()
+                        .is_some_and(|v| extend_slice(&v.bool_values, s, e, &mut values, |x| x))
+                });
+                if !ok {
+                    values.extend(std::iter::repeat_n(false, width));
+                }
+                valid.push(ok);
+            }
+            wrap(
+                Arc::new(BooleanArray::from(values)),
+                ArrowType::Boolean,
+                key,
+                width,
+                valid,
+            )
+        }
+        DataType::Int8 => primitive::<Int8Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.int32_values, s, e, o, |x| x as i8)
+        }),
+        DataType::Int16 => primitive::<Int16Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.int32_values, s, e, o, |x| x as i16)
+        }),
+        DataType::Int32 => primitive::<Int32Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.int32_values, s, e, o, |x| x)
+        }),
+        DataType::Int64 => primitive::<Int64Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.int64_values, s, e, o, |x| x)
+        }),
+        DataType::Uint8 => primitive::<UInt8Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.uint32_values, s, e, o, |x| x as u8)
+        }),
+        DataType::Uint16 => primitive::<UInt16Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.uint32_values, s, e, o, |x| x as u16)
+        }),
+        DataType::Uint32 => primitive::<UInt32Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.uint32_values, s, e, o, |x| x)
+        }),
+        DataType::Uint64 => primitive::<UInt64Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.uint64_values, s, e, o, |x| x)
+        }),
+        DataType::Fp16 => primitive::<Float32Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.half_bits, s, e, o, |x| f16_to_f32(x as u16))
+        }),
+        DataType::Bf16 => primitive::<Float32Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.half_bits, s, e, o, |x| bf16_to_f32(x as u16))
+        }),
+        DataType::Fp32 => primitive::<Float32Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.fp32_values, s, e, o, |x| x)
+        }),
+        DataType::Fp64 => primitive::<Float64Type>(rows, key, width, |v, s, e, o| {
+            extend_slice(&v.fp64_values, s, e, o, |x| x)
+        }),
+        DataType::Bytes => {
+            let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(rows.len() * width);
+            let mut valid = Vec::with_capacity(rows.len());
+            for row in rows {
+                let cell = find(row, key).and_then(|f| {
+                    let (s, e) = range(row, f, width);
+                    f.values.as_ref()?.bytes_values.get(s..e)
+                });
+                match cell {
+                    Some(cell) => values.extend(cell.iter().map(|b| Some(b.as_ref()))),
+                    None => values.extend(std::iter::repeat_n(None, width)),
+                }
+                valid.push(cell.is_some());
+            }
+            let utf8 = values
+                .iter()
+                .flatten()
+                .all(|b| std::str::from_utf8(b).is_ok());
+            let (child, child_type): (ArrayRef, ArrowType) = if utf8 {
+                let strings = values
+                    .iter()
+                    .map(|b| b.and_then(|b| std::str::from_utf8(b).ok()));
+                (Arc::new(StringArray::from_iter(strings)), ArrowType::Utf8)
+            } else {
+                (
+                    Arc::new(BinaryArray::from_iter(values.iter().copied())),
+                    ArrowType::Binary,
+                )
+            };
+            if key.row_shape.is_empty() {
+                child
+            } else {
+                // Elements of a present vector are never null; the vector itself may be.
+                let child =
+                    arrow_array::make_array(child.to_data().into_builder().nulls(None).build()?);
+                wrap(child, child_type, key, width, valid)
+            }
+        }
+        DataType::Unspecified => {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "column {:?} has no datatype",
+                key.name
+            )));
+        }
+    };
+    Ok((array.data_type().clone(), array))
+}
+
+fn micros(t: Option<&prost_types::Timestamp>) -> Option<i64> {
+    t.map(|t| t.seconds.saturating_mul(1_000_000) + i64::from(t.nanos / 1000))
+}
+
+/// Builds one record batch from rows (typically those of one hour).
+pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
+    let utc: Arc<str> = Arc::from("UTC");
+    let ts = ArrowType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some(utc.clone()));
+    let mut fields = vec![
+        Field::new("request_id", ArrowType::Utf8, false),
+        Field::new("item_id", ArrowType::Utf8, false),
+        Field::new("model_name", ArrowType::Utf8, false),
+        Field::new("model_version", ArrowType::Utf8, false),
+        Field::new("served_at", ts.clone(), true),
+        Field::new("impression_time", ts, true),
+        Field::new("impressed", ArrowType::Boolean, false),
+        Field::new("clicks", ArrowType::UInt32, false),
+        Field::new("conversions", ArrowType::UInt32, false),
+    ];
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.request_id.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.item_id.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.features.model_name.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.features.model_version.as_str()),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(
+                rows.iter().map(|r| micros(r.features.served_at.as_ref())),
+            )
+            .with_timezone(utc.clone()),
+        ),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(rows.iter().map(|r| r.impression_time_us))
+                .with_timezone(utc),
+        ),
+        Arc::new(BooleanArray::from_iter(
+            rows.iter().map(|r| Some(r.impression_time_us.is_some())),
+        )),
+        Arc::new(UInt32Array::from_iter_values(
+            rows.iter().map(|r| r.labels.clicks),
+        )),
+        Arc::new(UInt32Array::from_iter_values(
+            rows.iter().map(|r| r.labels.conversions),
+        )),
+    ];
+
+    // label values as a map column: names vary by app.
+    let names = MapFieldNames {
+        entry: "entries".into(),
+        key: "key".into(),
+        value: "value".into(),
+    };
+    let mut labels = MapBuilder::new(Some(names), StringBuilder::new(), Float64Builder::new());
+    for r in rows {
+        for (k, v) in &r.labels.values {
+            labels.keys().append_value(k);
+            labels.values().append_value(*v);
+        }
+        for (k, n) in &r.labels.other {
+            labels.keys().append_value(k);
+            labels.values().append_value(f64::from(*n));
+        }
+        labels.append(true)?;
+    }
+    let labels = labels.finish();
+    fields.push(Field::new("labels", labels.data_type().clone(), false));
+    columns.push(Arc::new(labels));
+
+    // Feature and output columns, in order of first appearance.
+    let mut keys: Vec<ColumnKey> = Vec::new();
+    let mut seen: HashMap<ColumnKey, ()> = HashMap::new();
+    for r in rows {
+        let all = r
+            .features
+            .features
+            .iter()
+            .map(|f| (Source::Feature, f))
+            .chain(r.features.outputs.iter().map(|f| (Source::Output, f)));
+        for (source, f) in all {
+            let key = ColumnKey {
+                source,
+                name: f.name.clone(),
+                datatype: DataType::try_from(f.datatype).unwrap_or(DataType::Unspecified),
+                row_shape: f.row_shape.clone(),
+            };
+            if seen.insert(key.clone(), ()).is_none() {
+                keys.push(key);
+            }
+        }
+    }
+    let mut taken: HashMap<String, ()> = fields.iter().map(|f| (f.name().clone(), ())).collect();
+    for key in &keys {
+        let base = match key.source {
+            Source::Feature => key.name.clone(),
+            Source::Output => format!("output_{}", key.name),
+        };
+        let name = if taken.contains_key(&base) {
+            let width: i64 = key.row_shape.iter().product();
+            let dt = key.datatype.protocol_name().unwrap_or("UNSPECIFIED");
+            if key.row_shape.is_empty() {
+                format!("{base}__{dt}")
+            } else {
+                format!("{base}__{dt}x{width}")
+            }
+        } else {
+            base
+        };
+        taken.insert(name.clone(), ());
+        let (dt, array) = column(rows, key)?;
+        fields.push(Field::new(name, dt, true));
+        columns.push(array);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+}
+
+/// The hive partition of an event time: (`YYYY-MM-DD`, `HH`) in UTC.
+pub fn hour_partition(time_us: i64) -> (String, String) {
+    let secs = time_us.div_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let hour = secs.rem_euclid(86_400) / 3600;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (format!("{y:04}-{m:02}-{d:02}"), format!("{hour:02}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Labels;
+    use arrow_array::cast::AsArray;
+
+    fn log() -> FeatureLog {
+        let feature =
+            |name: &str, dt: DataType, shape: Vec<i64>, per_request: bool, v: Values| Feature {
+                name: name.into(),
+                datatype: dt as i32,
+                row_shape: shape,
+                values: Some(v),
+                per_request,
+            };
+        FeatureLog {
+            request_id: "r1".into(),
+            model_name: "ranker".into(),
+            model_version: "3".into(),
+            served_at: Some(prost_types::Timestamp {
+                seconds: 3600,
+                nanos: 0,
+            }),
+            row_count: 2,
+            candidate_ids: vec!["a".into(), "b".into()],
+            features: vec![
+                feature(
+                    "age",
+                    DataType::Int8,
+                    vec![],
+                    true,
+                    Values {
+                        int32_values: vec![33],
+                        ..Default::default()
+                    },
+                ),
+                feature(
+                    "price",
+                    DataType::Fp32,
+                    vec![],
+                    false,
+                    Values {
+                        fp32_values: vec![1.5, -0.0],
+                        ..Default::default()
+                    },
+                ),
+                feature(
+                    "emb",
+                    DataType::Fp32,
+                    vec![2],
+                    false,
+                    Values {
+                        fp32_values: vec![0.1, 0.2, 1.1, 1.2],
+                        ..Default::default()
+                    },
+                ),
+                feature(
+                    "locale",
+                    DataType::Bytes,
+                    vec![],
+                    false,
+                    Values {
+                        bytes_values: vec!["en-US".into(), "jp_JA".into()],
+                        ..Default::default()
+                    },
+                ),
+                feature(
+                    "half",
+                    DataType::Fp16,
+                    vec![],
+                    false,
+                    Values {
+                        half_bits: vec![0x3c00, 0xc000],
+                        ..Default::default()
+                    },
+                ),
+            ],
+            outputs: vec![feature(
+                "score",
+                DataType::Fp32,
+                vec![],
+                false,
+                Values {
+                    fp32_values: vec![0.9, 0.1],
+                    ..Default::default()
+                },
+            )],
+            ..Default::default()
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        let features = Arc::new(log());
+        vec![
+            Row {
+                request_id: "r1".into(),
+                item_id: "b".into(),
+                features: features.clone(),
+                row: 1,
+                impression_time_us: Some(3_700_000_000),
+                labels: Labels {
+                    clicks: 1,
+                    ..Labels::default()
+                },
+            },
+            Row {
+                request_id: "r1".into(),
+                item_id: "a".into(),
+                features,
+                row: 0,
+                impression_time_us: None,
+                labels: Labels::default(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_column_gets_its_real_type_and_the_rows_values() {
+        assert_eq!(validate(&log()), Ok(()));
+        let batch = to_record_batch(&rows()).unwrap();
+        let schema = batch.schema();
+        let ty = |n: &str| schema.field_with_name(n).unwrap().data_type().clone();
+        assert_eq!(ty("age"), ArrowType::Int8);
+        assert_eq!(ty("price"), ArrowType::Float32);
+        assert!(matches!(ty("emb"), ArrowType::FixedSizeList(_, 2)));
+        assert_eq!(ty("locale"), ArrowType::Utf8);
+        assert_eq!(ty("half"), ArrowType::Float32);
+        assert_eq!(ty("output_score"), ArrowType::Float32);
+
+        let col = |n: &str| batch.column_by_name(n).unwrap().clone();
+        assert_eq!(
+            col("age").as_primitive::<Int8Type>().values().to_vec(),
+            [33, 33],
+            "broadcast"
+        );
+        let price = col("price");
+        let price = price.as_primitive::<Float32Type>();
+        assert_eq!(price.value(0), -0.0);
+        assert!(
+            price.value(0).is_sign_negative(),
+            "the row of item b, bit-exact"
+        );
+        assert_eq!(price.value(1), 1.5);
+        let emb = col("emb");
+        let emb = emb.as_fixed_size_list();
+        assert_eq!(
+            emb.value(0).as_primitive::<Float32Type>().values().to_vec(),
+            [1.1, 1.2]
+        );
+        assert_eq!(col("locale").as_string::<i32>().value(0), "jp_JA");
+        assert_eq!(
+            col("half").as_primitive::<Float32Type>().values().to_vec(),
+            [-2.0, 1.0]
+        );
+        assert!(
+            !col("impressed").as_boolean().value(1),
+            "a negative is not impressed"
+        );
+        assert_eq!(col("clicks").as_primitive::<UInt32Type>().value(0), 1);
+        assert!(col("impression_time").is_null(1));
+    }
+
+    #[test]
+    fn a_feature_missing_from_some_records_is_null_there_and_type_changes_get_their_own_column() {
+        let mut other = log();
+        other.request_id = "r2".into();
+        other.features.retain(|f| f.name != "locale");
+        other.features[1].datatype = DataType::Fp64 as i32;
+        other.features[1].values = Some(Values {
+            fp64_values: vec![7.0, 8.0],
+            ..Default::default()
+        });
+        let mut rows = rows();
+        rows.push(Row {
+            request_id: "r2".into(),
+            item_id: "a".into(),
+            features: Arc::new(other),
+            row: 0,
+            impression_time_us: Some(1),
+            labels: Labels::default(),
+        });
+        let batch = to_record_batch(&rows).unwrap();
+        assert!(batch.column_by_name("locale").unwrap().is_null(2));
+        let price64 = batch.column_by_name("price__FP64").unwrap();
+        assert_eq!(price64.as_primitive::<Float64Type>().value(2), 7.0);
+        assert!(price64.is_null(0));
+    }
+
+    #[test]
+    fn malformed_records_are_refused_before_they_reach_a_file() {
+        let mut bad = log();
+        bad.features[1].values = Some(Values {
+            fp32_values: vec![1.0],
+            ..Default::default()
+        });
+        assert_eq!(validate(&bad).unwrap_err().column, "price");
+        let mut bad = log();
+        bad.candidate_ids.pop();
+        assert_eq!(validate(&bad).unwrap_err().column, "candidate_ids");
+    }
+
+    #[test]
+    fn half_floats_convert_exactly() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert!(f16_to_f32(0x7e00).is_nan());
+        assert_eq!(f16_to_f32(0xfc00), f32::NEG_INFINITY);
+        assert_eq!(bf16_to_f32(0x3f80), 1.0);
+    }
+
+    #[test]
+    fn hour_partitions_are_utc_calendar_hours() {
+        assert_eq!(hour_partition(0), ("1970-01-01".into(), "00".into()));
+        assert_eq!(
+            hour_partition(1_764_439_200_000_000),
+            ("2025-11-29".into(), "18".into())
+        );
+        assert_eq!(hour_partition(-1), ("1969-12-31".into(), "23".into()));
+    }
+}
