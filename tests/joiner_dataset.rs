@@ -1,0 +1,167 @@
+//! The joiner's output as a training job sees it: rows joined in event time, committed with the
+//! checkpoint protocol, then read back by pyarrow (an independent reader) with hive partitions:
+//! exactly the expected rows, each feature with its real type and bit-exact values.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
+
+use std::collections::BTreeMap;
+
+use featurelog_joiner::event::{Event, EventKind};
+use featurelog_joiner::sink::{Checkpoint, Dataset, SinkOptions};
+use featurelog_joiner::state::{JoinConfig, JoinState};
+use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
+
+const HOUR_US: i64 = 3_600_000_000;
+const T0: i64 = 1_764_439_200_000_000; // 2025-11-29T18:00:00Z
+
+fn log(request: &str, served_us: i64, items: &[&str], locale: &str) -> FeatureLog {
+    let n = items.len();
+    FeatureLog {
+        request_id: request.into(),
+        model_name: "ranker".into(),
+        model_version: "3".into(),
+        served_at: Some(prost_types::Timestamp {
+            seconds: served_us / 1_000_000,
+            nanos: 0,
+        }),
+        row_count: n as u32,
+        candidate_ids: items.iter().map(|s| s.to_string()).collect(),
+        features: vec![
+            Feature {
+                name: "user_locale".into(),
+                datatype: DataType::Bytes as i32,
+                row_shape: vec![],
+                values: Some(Values {
+                    bytes_values: vec![locale.to_owned().into()],
+                    ..Default::default()
+                }),
+                per_request: true,
+            },
+            Feature {
+                name: "item_price".into(),
+                datatype: DataType::Fp32 as i32,
+                row_shape: vec![],
+                values: Some(Values {
+                    fp32_values: (0..n)
+                        .map(|i| if i == 0 { -0.0 } else { i as f32 + 0.5 })
+                        .collect(),
+                    ..Default::default()
+                }),
+                per_request: false,
+            },
+            Feature {
+                name: "item_embedding".into(),
+                datatype: DataType::Fp32 as i32,
+                row_shape: vec![2],
+                values: Some(Values {
+                    fp32_values: (0..n * 2).map(|i| i as f32 / 4.0).collect(),
+                    ..Default::default()
+                }),
+                per_request: false,
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+fn event(request: &str, item: &str, time_us: i64, kind: EventKind) -> Event {
+    Event {
+        request_id: request.into(),
+        item_id: item.into(),
+        time_us,
+        kind,
+        labels: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
+    let mut state = JoinState::new(JoinConfig {
+        features_wait_us: HOUR_US,
+        impressions_wait_us: HOUR_US / 12,
+        label_window_us: Some(HOUR_US / 6),
+        max_out_of_orderness_us: 0,
+        negatives_rate: 0.0,
+        max_bytes: usize::MAX,
+    });
+    let mut rows = Vec::new();
+    rows.extend(state.add_features(log("r1", T0, &["a", "b", "c"], "en-US")));
+    rows.extend(state.add_event(event("r1", "b", T0 + 1_000_000, EventKind::Impression)));
+    rows.extend(state.add_event(event("r1", "b", T0 + 60_000_000, EventKind::Click)));
+    rows.extend(state.add_event(event("r1", "c", T0 + 2_000_000, EventKind::Impression)));
+    // The second request is impressed in the next hour (another partition directory).
+    rows.extend(state.add_features(log("r2", T0 + HOUR_US - 10_000_000, &["x"], "jp_JA")));
+    rows.extend(state.add_event(event(
+        "r2",
+        "x",
+        T0 + HOUR_US + 5_000_000,
+        EventKind::Impression,
+    )));
+    // Time passes on both inputs so the label windows close.
+    rows.extend(state.add_features(log("r3", T0 + 2 * HOUR_US, &["z"], "fr")));
+    rows.extend(state.add_event(event("r3", "q", T0 + 2 * HOUR_US, EventKind::Click)));
+    assert_eq!(rows.len(), 3, "b and c of r1, x of r2");
+
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let files = dataset.stage("feature-log-0", 1, &rows).unwrap();
+    let checkpoint = Checkpoint {
+        task: "feature-log-0".into(),
+        epoch: 1,
+        offsets: [("features".to_string(), 3), ("events".to_string(), 5)].into(),
+        watermark_us: state.watermark_us(),
+        files,
+        state: None,
+    };
+    dataset.commit(&checkpoint).unwrap();
+    dataset.roll_forward(&checkpoint).unwrap();
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
+    let out = std::process::Command::new("python3")
+        .args([script, dir.path().to_str().unwrap()])
+        .output()
+        .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let schema = &read["schema"];
+    assert_eq!(schema["item_price"], "float");
+    assert_eq!(schema["user_locale"], "string");
+    assert_eq!(
+        schema["item_embedding"],
+        "fixed_size_list<item: float not null>[2]"
+    );
+    assert_eq!(schema["impression_time"], "timestamp[us, tz=UTC]");
+    assert_eq!(schema["hr"], "int32", "hive partition column: {schema}");
+
+    let rows = read["rows"].as_array().unwrap();
+    let got: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["request_id"].as_str().unwrap().to_owned(),
+                r["item_id"].as_str().unwrap().to_owned(),
+                r["clicks"].as_u64().unwrap(),
+                r["user_locale"].as_str().unwrap().to_owned(),
+                r["hr"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("r1".into(), "b".into(), 1, "en-US".into(), 18),
+            ("r1".into(), "c".into(), 0, "en-US".into(), 18),
+            ("r2".into(), "x".into(), 0, "jp_JA".into(), 19),
+        ]
+    );
+    assert_eq!(rows[0]["item_price"], 1.5);
+    assert_eq!(rows[0]["item_embedding"], serde_json::json!([0.5, 0.75]));
+    assert_eq!(
+        rows[2]["item_price"], "-0.0",
+        "bit-exact: the sign of zero survives"
+    );
+}
