@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod dev_broker;
+mod join;
 mod sidecar;
 mod signals;
 
@@ -29,7 +30,7 @@ enum Command {
     Sidecar(sidecar::SidecarArgs),
     /// Join the sidecar's feature logs with impression and click events from Kafka and write
     /// Parquet training rows, exactly once.
-    Join(NotYet),
+    Join(join::JoinArgs),
     /// Compare served features (Parquet) with an offline pipeline's and explain each skew.
     Diff(NotYet),
     /// Run the whole pipeline on this machine (model server, sidecar, traffic, joiner, diff) on
@@ -89,7 +90,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sidecar(args) => exit(sidecar::run(args)),
         Command::ModelServer(args) => exit(sidecar::run_model_server(args)),
-        Command::Join(_) => not_yet("join"),
+        Command::Join(args) => exit(join::run(args)),
         Command::Diff(_) => not_yet("diff"),
         Command::Demo(_) => not_yet("demo"),
         Command::DevBroker(args) => report(dev_broker::run(args)),

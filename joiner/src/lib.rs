@@ -5,9 +5,11 @@
 //! - [`rows`]: training rows as Arrow record batches with each feature's real type.
 //! - [`sink`]: the Parquet dataset and its commit protocol (checkpoints, roll forward, recovery).
 //!
-//! The Kafka runtime, state snapshots and `featurelog join` are not built yet.
+//! - [`config`], [`run`]: the configuration and the Kafka runtime (router and join stages).
 
+pub mod config;
 pub mod event;
 pub mod rows;
+pub mod run;
 pub mod sink;
 pub mod state;

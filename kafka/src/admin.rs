@@ -105,3 +105,34 @@ pub async fn wait_for_leaders(
         last_error,
     })
 }
+
+/// The number of partitions of `topic`, or `None` if the broker does not know it.
+pub async fn partition_count(
+    kafka: &KafkaConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<i32>, KafkaError> {
+    let consumer: BaseConsumer =
+        kafka
+            .client_config(&[])
+            .create()
+            .map_err(|source| KafkaError::Client {
+                bootstrap: kafka.bootstrap_servers.clone(),
+                source,
+            })?;
+    let name = topic.to_owned();
+    let metadata =
+        tokio::task::spawn_blocking(move || consumer.fetch_metadata(Some(&name), timeout))
+            .await?
+            .map_err(|e| KafkaError::TopicNotReady {
+                topic: topic.to_owned(),
+                bootstrap: kafka.bootstrap_servers.clone(),
+                waited: timeout,
+                last_error: e.to_string(),
+            })?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len() as i32))
+}

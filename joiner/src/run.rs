@@ -1,0 +1,585 @@
+//! The joiner's Kafka runtime (docs/JOINER.md): the router stage, which moves app events to the
+//! repartition topic keyed by request id inside Kafka transactions, and the join stage, which
+//! runs one task per partition and commits rows, state and offsets together through the
+//! dataset's checkpoints.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use featurelog_kafka::KafkaConfig;
+use featurelog_schemas::featurelog::v1::{EventType, FeatureLog, Impression};
+use prost::Message as _;
+use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaError as RdKafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{EventFormat, JoinerConfig};
+use crate::event::{self, Event, EventKind};
+use crate::sink::{Checkpoint, Dataset, SinkError, SinkOptions};
+use crate::state::{JoinState, Row};
+
+/// Why the joiner stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// Topic administration failed.
+    #[error(transparent)]
+    Kafka(#[from] featurelog_kafka::KafkaError),
+    /// A Kafka client failed.
+    #[error("{what}: {source}")]
+    Client {
+        /// What the client was doing.
+        what: &'static str,
+        /// librdkafka's error.
+        #[source]
+        source: RdKafkaError,
+    },
+    /// A topic is missing.
+    #[error(
+        "topic {0:?} does not exist; the sidecar creates it on first use, or create it yourself"
+    )]
+    NoTopic(String),
+    /// The repartition topic disagrees with the feature-log topic.
+    #[error(
+        "topic {topic:?} has {found} partitions but {features:?} has {expected}: delete {topic:?} (the joiner recreates it) or use another group"
+    )]
+    Partitions {
+        /// The repartition topic.
+        topic: String,
+        /// The feature-log topic.
+        features: String,
+        /// Its partitions.
+        expected: i32,
+        /// The repartition topic's.
+        found: i32,
+    },
+    /// The dataset failed.
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    /// A task's state snapshot could not be read.
+    #[error("task {task}: state snapshot {path}: {message}")]
+    Restore {
+        /// The task.
+        task: String,
+        /// The snapshot.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn client(what: &'static str) -> impl FnOnce(RdKafkaError) -> JoinError {
+    move |source| JoinError::Client { what, source }
+}
+
+/// Runs the router and the join until `shutdown`; returns the first error of either.
+pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<(), JoinError> {
+    let config = Arc::new(config);
+    let kafka = &config.kafka;
+    let features = &config.input.features_topic;
+    let partitions =
+        featurelog_kafka::admin::partition_count(kafka, features, Duration::from_secs(30))
+            .await?
+            .ok_or_else(|| JoinError::NoTopic(features.clone()))?;
+    let repartition = config.repartition_topic();
+    match featurelog_kafka::admin::partition_count(kafka, &repartition, Duration::from_secs(10))
+        .await?
+    {
+        Some(found) if found != partitions => {
+            return Err(JoinError::Partitions {
+                topic: repartition,
+                features: features.clone(),
+                expected: partitions,
+                found,
+            });
+        }
+        Some(_) => {}
+        None => {
+            featurelog_kafka::admin::ensure_topic(
+                kafka,
+                &repartition,
+                partitions,
+                1,
+                Duration::from_secs(30),
+            )
+            .await?;
+        }
+    }
+    if featurelog_kafka::admin::partition_count(
+        kafka,
+        &config.input.dead_letter_topic,
+        Duration::from_secs(10),
+    )
+    .await?
+    .is_none()
+    {
+        featurelog_kafka::admin::ensure_topic(
+            kafka,
+            &config.input.dead_letter_topic,
+            1,
+            1,
+            Duration::from_secs(30),
+        )
+        .await?;
+    }
+    tracing::info!(%features, partitions, %repartition, "joiner starting");
+
+    let stop = shutdown.child_token();
+    let router = tokio::spawn(router(config.clone(), stop.clone()));
+    let joined = join(config.clone(), stop.clone()).await;
+    // Whatever ended first, the other stops too.
+    stop.cancel();
+    let routed = router.await.unwrap_or(Ok(()));
+    joined.and(routed)
+}
+
+fn dead_letter(
+    producer: &BaseProducer,
+    topic: &str,
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    reason: &str,
+) {
+    let source = format!(
+        "{}/{}/{}",
+        message.topic(),
+        message.partition(),
+        message.offset()
+    );
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "featurelog-error",
+            value: Some(reason),
+        })
+        .insert(Header {
+            key: "featurelog-source",
+            value: Some(&source),
+        });
+    let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+        .payload(message.payload().unwrap_or_default())
+        .headers(headers);
+    if let Some(key) = message.key() {
+        record = record.key(key);
+    }
+    if let Err((err, _)) = producer.send(record) {
+        tracing::error!(%err, %source, "could not dead-letter a record");
+    }
+    tracing::warn!(%source, reason, "record dead-lettered");
+}
+
+fn to_impression(e: &Event) -> Impression {
+    let (event_type, event_name) = match &e.kind {
+        EventKind::Impression => (EventType::Impression, String::new()),
+        EventKind::Click => (EventType::Click, String::new()),
+        EventKind::Conversion => (EventType::Conversion, String::new()),
+        EventKind::Other(name) => (EventType::Other, name.clone()),
+    };
+    Impression {
+        request_id: e.request_id.clone(),
+        item_id: e.item_id.clone(),
+        event_time: Some(prost_types::Timestamp {
+            seconds: e.time_us.div_euclid(1_000_000),
+            nanos: (e.time_us.rem_euclid(1_000_000) * 1000) as i32,
+        }),
+        event_type: event_type as i32,
+        event_name,
+        labels: e.labels.clone().into_iter().collect(),
+    }
+}
+
+/// Moves app events to the repartition topic, keyed by request id, exactly once.
+async fn router(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<(), JoinError> {
+    let kafka: &KafkaConfig = &config.kafka;
+    let group = format!("{}.router", config.group);
+    let consumer: StreamConsumer = kafka
+        .client_config(&[
+            ("group.id", &group),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("isolation.level", "read_committed"),
+        ])
+        .create()
+        .map_err(client("creating the router consumer"))?;
+    consumer
+        .subscribe(&[&config.input.events_topic])
+        .map_err(client("subscribing to the events topic"))?;
+    let transactional_id = format!("{}.router.{}", config.group, config.instance_name());
+    let producer: BaseProducer = kafka
+        .client_config(&[
+            ("transactional.id", &transactional_id),
+            ("partitioner", "murmur2_random"),
+            ("compression.type", "zstd"),
+            ("linger.ms", "20"),
+        ])
+        .create()
+        .map_err(client("creating the router producer"))?;
+    let producer = Arc::new(producer);
+    {
+        let p = producer.clone();
+        tokio::task::block_in_place(move || p.init_transactions(Duration::from_secs(60)))
+            .map_err(client("initialising transactions"))?;
+    }
+    producer
+        .begin_transaction()
+        .map_err(client("beginning a transaction"))?;
+    let repartition = config.repartition_topic();
+    let mut next: HashMap<(String, i32), i64> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                commit_router(&producer, &consumer, &mut next)?;
+                return Ok(());
+            }
+            _ = tick.tick() => {
+                if !next.is_empty() {
+                    commit_router(&producer, &consumer, &mut next)?;
+                }
+            }
+            message = consumer.recv() => {
+                let message = match message {
+                    Ok(m) => m,
+                    Err(err) => {
+                        tracing::warn!(%err, "router consumer");
+                        continue;
+                    }
+                };
+                let payload = message.payload().unwrap_or_default();
+                let decoded = match config.input.events_format {
+                    EventFormat::Protobuf => event::from_protobuf(payload),
+                    EventFormat::Json => event::from_json(payload, &config.input.json_fields),
+                };
+                match decoded {
+                    Ok(e) => {
+                        let bytes = to_impression(&e).encode_to_vec();
+                        let mut record = BaseRecord::<str, [u8]>::to(&repartition)
+                            .key(e.request_id.as_str())
+                            .payload(&bytes);
+                        loop {
+                            match producer.send(record) {
+                                Ok(()) => break,
+                                Err((RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                                    producer.poll(Duration::from_millis(50));
+                                    record = r;
+                                }
+                                Err((err, _)) => return Err(client("routing an event")(err)),
+                            }
+                        }
+                    }
+                    Err(err) => dead_letter(&producer, &config.input.dead_letter_topic, &message, err.reason()),
+                }
+                next.insert((message.topic().to_owned(), message.partition()), message.offset() + 1);
+                producer.poll(Duration::ZERO);
+            }
+        }
+    }
+}
+
+/// Commits the router's open transaction with its input offsets; on an abortable error
+/// (a rebalance fenced the offsets), aborts and rewinds the consumer to what is committed.
+fn commit_router(
+    producer: &BaseProducer,
+    consumer: &StreamConsumer,
+    next: &mut HashMap<(String, i32), i64>,
+) -> Result<(), JoinError> {
+    let mut offsets = TopicPartitionList::new();
+    for ((topic, partition), offset) in next.iter() {
+        offsets
+            .add_partition_offset(topic, *partition, Offset::Offset(*offset))
+            .map_err(client("building router offsets"))?;
+    }
+    next.clear();
+    let result = tokio::task::block_in_place(|| {
+        let metadata = consumer.group_metadata().ok_or(RdKafkaError::Canceled)?;
+        producer.send_offsets_to_transaction(&offsets, &metadata, Duration::from_secs(30))?;
+        producer.commit_transaction(Duration::from_secs(30))
+    });
+    match result {
+        Ok(()) => {}
+        Err(RdKafkaError::Transaction(e)) if e.txn_requires_abort() => {
+            tracing::warn!(error = %e, "router transaction aborted; rewinding to committed offsets");
+            tokio::task::block_in_place(|| producer.abort_transaction(Duration::from_secs(30)))
+                .map_err(client("aborting a transaction"))?;
+            rewind(consumer)?;
+        }
+        Err(err) => return Err(client("committing a router transaction")(err)),
+    }
+    producer
+        .begin_transaction()
+        .map_err(client("beginning a transaction"))
+}
+
+fn rewind(consumer: &StreamConsumer) -> Result<(), JoinError> {
+    let assignment = consumer
+        .assignment()
+        .map_err(client("reading the assignment"))?;
+    let committed = tokio::task::block_in_place(|| {
+        consumer.committed_offsets(assignment, Duration::from_secs(30))
+    })
+    .map_err(client("reading committed offsets"))?;
+    for e in committed.elements() {
+        let offset = match e.offset() {
+            Offset::Offset(o) => Offset::Offset(o),
+            _ => Offset::Beginning,
+        };
+        if let Err(err) = consumer.seek(e.topic(), e.partition(), offset, Duration::from_secs(10)) {
+            tracing::warn!(%err, topic = e.topic(), partition = e.partition(), "rewind");
+        }
+    }
+    Ok(())
+}
+
+/// Remembers which partitions a rebalance took away, for the join loop to drop their tasks
+/// before it does anything else with them.
+#[derive(Default)]
+struct Revocations {
+    revoked: Mutex<Vec<i32>>,
+}
+
+impl ClientContext for Revocations {}
+
+impl ConsumerContext for Revocations {
+    fn pre_rebalance(&self, _: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            if let Ok(mut revoked) = self.revoked.lock() {
+                revoked.extend(tpl.elements().iter().map(|e| e.partition()));
+            }
+        }
+    }
+}
+
+struct Task {
+    name: String,
+    state: JoinState,
+    /// The next offset to take from the features (0) and events (1) partitions.
+    next: [i64; 2],
+    epoch: u64,
+    rows: Vec<Row>,
+    dirty: bool,
+}
+
+fn recover(dataset: &Dataset, name: &str, config: &JoinerConfig) -> Result<Task, JoinError> {
+    let checkpoint = dataset.recover(name)?;
+    let (state, next, epoch) = match checkpoint {
+        Some(cp) => {
+            let state = match &cp.state {
+                Some(path) => {
+                    let bytes = dataset.read_state(path)?;
+                    JoinState::restore(config.join_config(), &bytes).map_err(|message| {
+                        JoinError::Restore {
+                            task: name.to_owned(),
+                            path: path.clone(),
+                            message,
+                        }
+                    })?
+                }
+                None => JoinState::new(config.join_config()),
+            };
+            let at = |k: &str| cp.offsets.get(k).copied().unwrap_or(0);
+            (state, [at("features"), at("events")], cp.epoch)
+        }
+        None => (JoinState::new(config.join_config()), [0, 0], 0),
+    };
+    tracing::info!(
+        task = name,
+        epoch,
+        features_offset = next[0],
+        events_offset = next[1],
+        "task recovered"
+    );
+    Ok(Task {
+        name: name.to_owned(),
+        state,
+        next,
+        epoch,
+        rows: Vec::new(),
+        dirty: false,
+    })
+}
+
+/// Commits a task: its rows, its state and its offsets, in one checkpoint. Returns false when
+/// another owner committed first (the task must be dropped).
+fn flush(dataset: &Dataset, task: &mut Task) -> Result<bool, JoinError> {
+    if !task.dirty {
+        return Ok(true);
+    }
+    let epoch = task.epoch + 1;
+    let files = dataset.stage(&task.name, epoch, &task.rows)?;
+    let state = dataset.stage_state(&task.name, epoch, &task.state.snapshot())?;
+    let checkpoint = Checkpoint {
+        task: task.name.clone(),
+        epoch,
+        offsets: [
+            ("features".to_string(), task.next[0]),
+            ("events".to_string(), task.next[1]),
+        ]
+        .into(),
+        watermark_us: task.state.watermark_us(),
+        files,
+        state: Some(state),
+    };
+    match dataset.commit(&checkpoint) {
+        Ok(()) => {}
+        Err(SinkError::Fenced { .. }) => {
+            tracing::warn!(task = %task.name, epoch, "another owner committed this task; dropping it");
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    dataset.roll_forward(&checkpoint)?;
+    tracing::debug!(task = %task.name, epoch, rows = task.rows.len(), "committed");
+    task.epoch = epoch;
+    task.rows.clear();
+    task.dirty = false;
+    Ok(true)
+}
+
+/// The join stage: one task per partition of the feature-log topic and the repartition topic.
+async fn join(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<(), JoinError> {
+    let kafka = &config.kafka;
+    let features_topic = config.input.features_topic.clone();
+    let repartition = config.repartition_topic();
+    let consumer: StreamConsumer<Revocations> = kafka
+        .client_config(&[
+            ("group.id", &config.group),
+            // Same-numbered partitions of the two topics go to the same member.
+            ("partition.assignment.strategy", "range"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("isolation.level", "read_committed"),
+        ])
+        .create_with_context(Revocations::default())
+        .map_err(client("creating the join consumer"))?;
+    consumer
+        .subscribe(&[&features_topic, &repartition])
+        .map_err(client("subscribing to the join inputs"))?;
+    let dead_letters: BaseProducer = kafka
+        .client_config(&[("enable.idempotence", "true")])
+        .create()
+        .map_err(client("creating the dead-letter producer"))?;
+    let dataset = Dataset::open(
+        &config.output.path,
+        SinkOptions {
+            row_group_rows: config.output.row_group_rows,
+            zstd_level: config.output.zstd_level,
+        },
+    )?;
+    let mut tasks: HashMap<i32, Task> = HashMap::new();
+    let mut tick = tokio::time::interval(config.output.flush_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    let drop_revoked = |tasks: &mut HashMap<i32, Task>| {
+        if let Ok(mut revoked) = consumer.context().revoked.lock() {
+            for p in revoked.drain(..) {
+                if tasks.remove(&p).is_some() {
+                    tracing::info!(
+                        partition = p,
+                        "task revoked; its uncommitted work is redone by the next owner"
+                    );
+                }
+            }
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                drop_revoked(&mut tasks);
+                for task in tasks.values_mut() {
+                    tokio::task::block_in_place(|| flush(&dataset, task))?;
+                }
+                commit_monitoring(&consumer, &tasks, &features_topic, &repartition);
+                tracing::info!("join stage stopped after a final commit");
+                return Ok(());
+            }
+            _ = tick.tick() => {
+                drop_revoked(&mut tasks);
+                let mut fenced = Vec::new();
+                for (p, task) in tasks.iter_mut() {
+                    if !tokio::task::block_in_place(|| flush(&dataset, task))? {
+                        fenced.push(*p);
+                    }
+                }
+                for p in fenced {
+                    tasks.remove(&p);
+                }
+                commit_monitoring(&consumer, &tasks, &features_topic, &repartition);
+                dead_letters.poll(Duration::ZERO);
+            }
+            message = consumer.recv() => {
+                drop_revoked(&mut tasks);
+                let message = match message {
+                    Ok(m) => m,
+                    Err(err) => {
+                        tracing::warn!(%err, "join consumer");
+                        continue;
+                    }
+                };
+                let p = message.partition();
+                let input = usize::from(message.topic() != features_topic);
+                let task = match tasks.entry(p) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        let name = format!("{features_topic}-{p}");
+                        e.insert(tokio::task::block_in_place(|| recover(&dataset, &name, &config))?)
+                    }
+                };
+                // Already covered by the task's checkpoint: its rows are in the dataset.
+                if message.offset() < task.next[input] {
+                    continue;
+                }
+                task.next[input] = message.offset() + 1;
+                task.dirty = true;
+                let payload = message.payload().unwrap_or_default();
+                let rows = if input == 0 {
+                    match FeatureLog::decode(payload).map_err(|e| e.to_string()).and_then(|log| {
+                        crate::rows::validate(&log).map_err(|e| e.to_string()).map(|()| log)
+                    }) {
+                        Ok(log) => task.state.add_features(log),
+                        Err(reason) => {
+                            tracing::debug!(%reason, "bad feature log");
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_feature_log");
+                            task.state.advance()
+                        }
+                    }
+                } else {
+                    match event::from_protobuf(payload) {
+                        Ok(e) => task.state.add_event(e),
+                        Err(err) => {
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason());
+                            task.state.advance()
+                        }
+                    }
+                };
+                task.rows.extend(rows);
+            }
+        }
+    }
+}
+
+/// Kafka's committed offsets are for lag monitoring only; the checkpoints are the truth. They
+/// never run ahead of a checkpoint: only committed positions are written.
+fn commit_monitoring(
+    consumer: &StreamConsumer<Revocations>,
+    tasks: &HashMap<i32, Task>,
+    features_topic: &str,
+    repartition: &str,
+) {
+    let mut tpl = TopicPartitionList::new();
+    for (p, task) in tasks {
+        if task.dirty {
+            continue;
+        }
+        for (topic, next) in [(features_topic, task.next[0]), (repartition, task.next[1])] {
+            if next > 0 {
+                let _ = tpl.add_partition_offset(topic, *p, Offset::Offset(next));
+            }
+        }
+    }
+    if tpl.count() > 0 {
+        if let Err(err) = consumer.commit(&tpl, rdkafka::consumer::CommitMode::Async) {
+            tracing::debug!(%err, "monitoring offsets not committed");
+        }
+    }
+}

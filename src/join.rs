@@ -1,0 +1,41 @@
+//! `featurelog join`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use featurelog_joiner::config::JoinerConfig;
+
+#[derive(Debug, clap::Args)]
+pub struct JoinArgs {
+    /// The joiner's config file (TOML); see joiner/join.example.toml.
+    #[arg(long, value_name = "FILE", required_unless_present = "check_config")]
+    config: Option<PathBuf>,
+    /// Validate this config file, print the result and exit (0 valid, 2 not).
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
+}
+
+pub fn run(args: JoinArgs) -> Result<(), crate::Failure> {
+    if let Some(path) = args.check_config {
+        let config = JoinerConfig::load(&path).map_err(|e| crate::Failure::Config(e.into()))?;
+        println!(
+            "{}: valid; joins {} with {} into {}",
+            path.display(),
+            config.input.features_topic,
+            config.input.events_topic,
+            config.output.path.display()
+        );
+        return Ok(());
+    }
+    let path = args
+        .config
+        .context("--config is required")
+        .map_err(crate::Failure::Config)?;
+    let config = JoinerConfig::load(&path).map_err(|e| crate::Failure::Config(e.into()))?;
+    crate::runtime()?.block_on(async move {
+        let shutdown = crate::signals::shutdown_on_signals()?;
+        featurelog_joiner::run::run(config, shutdown).await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(())
+}

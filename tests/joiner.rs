@@ -1,0 +1,383 @@
+//! The joiner end to end against the real broker: requests through the sidecar, events from an
+//! app's own client (JSON, keyed and partitioned its own way), `featurelog join` processes, and
+//! the Parquet dataset read back. Also: SIGKILL and restart, and two processes in one group,
+//! each compared with an uninterrupted single process.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Float32Type;
+use featurelog_kafka::KafkaConfig;
+use featurelog_testkit::serving::{
+    client, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
+};
+use featurelog_testkit::{TestKafka, kafka};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+const ALLOW: &str = r#"
+[[model]]
+name = "ranker"
+features = ["user_locale", "item_price"]
+candidate-ids-input = "item_id"
+"#;
+
+/// One app event: Kafka key and JSON body.
+struct AppEvent {
+    key: String,
+    body: String,
+}
+
+fn app_event(request: &str, item: &str, time_ms: i64, kind: &str) -> AppEvent {
+    AppEvent {
+        key: item.to_owned(),
+        body: format!(
+            r#"{{"request_id":"{request}","item_id":"{item}","event_time":{time_ms},"event_type":"{kind}"}}"#
+        ),
+    }
+}
+
+/// Produces events the way an app with its own client would: keyed by item id, with
+/// librdkafka's CRC32 partitioner, so they are not co-partitioned with the feature logs.
+async fn produce_events(kafka: &KafkaConfig, topic: &str, events: &[AppEvent]) {
+    let producer: FutureProducer = kafka
+        .client_config(&[("partitioner", "consistent_random")])
+        .create()
+        .unwrap();
+    for e in events {
+        producer
+            .send(
+                FutureRecord::to(topic).key(&e.key).payload(&e.body),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn joiner_config(
+    dir: &Path,
+    name: &str,
+    kafka: &KafkaConfig,
+    group: &str,
+    features: &str,
+    events: &str,
+    dead_letter: &str,
+    output: &Path,
+) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "group = \"{group}\"\ninstance = \"{name}\"\n[kafka]\nbootstrap-servers = \"{}\"\n\
+             [input]\nfeatures-topic = \"{features}\"\nevents-topic = \"{events}\"\nevents-format = \"json\"\n\
+             dead-letter-topic = \"{dead_letter}\"\n[join]\nfeatures-wait = \"1h\"\nimpressions-wait = \"1h\"\n\
+             [output]\npath = \"{}\"\nflush-interval = \"300ms\"\n",
+            kafka.bootstrap_servers,
+            output.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+struct Joiner(Child);
+
+impl Joiner {
+    fn start(config: &Path) -> Self {
+        Joiner(
+            Command::new(env!("CARGO_BIN_EXE_featurelog"))
+                .args(["join", "--config", config.to_str().unwrap()])
+                .env("FEATURELOG_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn kill9(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Joiner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// (request id, item id) -> (clicks, item_price bits, user_locale) for every visible row.
+type Dataset = BTreeMap<(String, String), Vec<(u32, u32, String)>>;
+
+fn read_dataset(root: &Path) -> Dataset {
+    let mut out = Dataset::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('_') || name.starts_with('.') {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+                continue;
+            }
+            let Ok(file) = std::fs::File::open(e.path()) else {
+                continue;
+            };
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                .unwrap()
+                .build()
+                .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let col = |n: &str| batch.column_by_name(n).unwrap().clone();
+                let (req, item, clicks) = (col("request_id"), col("item_id"), col("clicks"));
+                let (price, locale) = (col("item_price"), col("user_locale"));
+                for i in 0..batch.num_rows() {
+                    out.entry((
+                        req.as_string::<i32>().value(i).to_owned(),
+                        item.as_string::<i32>().value(i).to_owned(),
+                    ))
+                    .or_default()
+                    .push((
+                        clicks
+                            .as_primitive::<arrow_array::types::UInt32Type>()
+                            .value(i),
+                        price.as_primitive::<Float32Type>().value(i).to_bits(),
+                        locale.as_string::<i32>().value(i).to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn row_count(d: &Dataset) -> usize {
+    d.values().map(Vec::len).sum()
+}
+
+async fn wait_for_rows(root: &Path, expected: usize, what: &str) -> Dataset {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let d = read_dataset(root);
+        if row_count(&d) >= expected {
+            return d;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {} of {expected} rows after 120 s",
+            row_count(&d)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+struct Setup {
+    kafka: TestKafka,
+    features: String,
+    events: String,
+    dead_letter: String,
+    dir: tempfile::TempDir,
+    /// (request, item) pairs that were impressed, with their click count.
+    expected: BTreeMap<(String, String), u32>,
+}
+
+/// Sends `requests` recommender requests through a sidecar, and app events for them: items 0
+/// and 2 of each request impressed, item 2 also clicked. Features and events are read from
+/// different topics, so either side may come first. Plus one event that is not JSON.
+async fn setup(kafka: TestKafka, requests: u32, waves: u32) -> Setup {
+    let features = kafka.unique_topic("join-features", 4).await;
+    let events = kafka.unique_topic("join-events", 3).await;
+    let dead_letter = kafka.unique_topic("join-dlq", 1).await;
+    let (model_addr, stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let config = sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&kafka.config),
+        &features,
+        ALLOW,
+    );
+    let sidecar = sidecar(config).await;
+    let mut via = client(sidecar.local_addr).await;
+    let now_ms = 1_764_439_200_000i64;
+    let mut expected = BTreeMap::new();
+    for wave in 0..waves {
+        let mut app = Vec::new();
+        for i in 0..requests {
+            let seed = wave * requests + i;
+            let id = format!("req-{seed}");
+            let request = ranker_request(&id, 4, 0, seed, seed % 2 == 0);
+            via.model_infer(request).await.unwrap();
+            let item = |j: u32| (1000 + j + seed * 10_000).to_string();
+            let t = now_ms + i64::from(seed) * 1000;
+            // With no label window a row is written at its impression, so the click is sent
+            // first (same key, same partition, so it is read first) to be part of the row
+            // whatever order the two topics are read in.
+            app.push(app_event(&id, &item(2), t + 20, "click"));
+            app.push(app_event(&id, &item(0), t + 10, "impression"));
+            app.push(app_event(&id, &item(2), t + 10, "impression"));
+            expected.insert((id.clone(), item(0)), 0);
+            expected.insert((id.clone(), item(2)), 1);
+        }
+        if wave == 0 {
+            app.push(AppEvent {
+                key: "x".into(),
+                body: "{not json".into(),
+            });
+        }
+        produce_events(&kafka.config, &events, &app).await;
+    }
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    stop.cancel();
+    Setup {
+        kafka,
+        features,
+        events,
+        dead_letter,
+        dir,
+        expected,
+    }
+}
+
+fn check_exact(d: &Dataset, expected: &BTreeMap<(String, String), u32>, what: &str) {
+    let got: BTreeMap<_, _> = d
+        .iter()
+        .map(|(k, rows)| {
+            assert_eq!(rows.len(), 1, "{what}: {k:?} written {} times", rows.len());
+            (k.clone(), rows[0].0)
+        })
+        .collect();
+    assert_eq!(&got, expected, "{what}: rows or click labels differ");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
+    let Some(kafka) = kafka("features_and_app_events_become_exactly_the_expected_parquet_rows")
+    else {
+        return;
+    };
+    let s = setup(kafka, 10, 1).await;
+    let out = s.dir.path().join("dataset");
+    let group = s.kafka.unique_group("joiner");
+    let config = joiner_config(
+        s.dir.path(),
+        "j1",
+        &s.kafka.config,
+        &group,
+        &s.features,
+        &s.events,
+        &s.dead_letter,
+        &out,
+    );
+    let joiner = Joiner::start(&config);
+    let d = wait_for_rows(&out, s.expected.len(), "single joiner").await;
+    check_exact(&d, &s.expected, "single joiner");
+    // Values are the ones the model received: item 2's price and the per-request locale.
+    let (_, price, locale) = &d[&("req-3".to_string(), "31002".to_string())][0];
+    assert_eq!(f32::from_bits(*price), 2.0 * 1.25 + 3.0);
+    assert_eq!(locale, "jp_JA");
+    assert!(
+        joiner.terminate().success(),
+        "the joiner exits 0 on SIGTERM"
+    );
+
+    // The record that was not JSON went to the dead-letter topic with its reason.
+    let dead = s
+        .kafka
+        .read(&s.dead_letter, 1, Duration::from_secs(30))
+        .await;
+    assert_eq!(dead[0].payload, b"{not json");
+
+    // And an independent reader agrees.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
+    let out_py = Command::new("python3")
+        .args([script, out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out_py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out_py.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&out_py.stdout).unwrap();
+    assert_eq!(read["rows"].as_array().unwrap().len(), s.expected.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
+    let Some(kafka) = kafka("sigkill_restarts_and_two_processes_give_the_same_rows_as_one") else {
+        return;
+    };
+    let s = setup(kafka, 8, 5).await;
+    let cfg = |name: &str, group: &str, out: &Path| {
+        joiner_config(
+            s.dir.path(),
+            name,
+            &s.kafka.config,
+            group,
+            &s.features,
+            &s.events,
+            &s.dead_letter,
+            out,
+        )
+    };
+    let (single_out, crash_out, pair_out) = (
+        s.dir.path().join("single"),
+        s.dir.path().join("crash"),
+        s.dir.path().join("pair"),
+    );
+    let single = Joiner::start(&cfg("single", &s.kafka.unique_group("single"), &single_out));
+    let pair_group = s.kafka.unique_group("pair");
+    let pair = [
+        Joiner::start(&cfg("pair-a", &pair_group, &pair_out)),
+        Joiner::start(&cfg("pair-b", &pair_group, &pair_out)),
+    ];
+    let crash_config = cfg("crash", &s.kafka.unique_group("crash"), &crash_out);
+    // Kill -9 at different moments of the run, restarting each time.
+    for wait_ms in [700u64, 1300, 400, 2100, 900] {
+        let j = Joiner::start(&crash_config);
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        j.kill9();
+    }
+    let crash = Joiner::start(&crash_config);
+
+    let single_rows = wait_for_rows(&single_out, s.expected.len(), "single").await;
+    let crash_rows = wait_for_rows(&crash_out, s.expected.len(), "killed and restarted").await;
+    let pair_rows = wait_for_rows(&pair_out, s.expected.len(), "two in one group").await;
+    // Let any stray duplicate surface before comparing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(&single_rows, &s.expected, "single");
+    check_exact(
+        &read_dataset(&crash_out),
+        &s.expected,
+        "killed and restarted",
+    );
+    check_exact(&read_dataset(&pair_out), &s.expected, "two in one group");
+    assert_eq!(read_dataset(&crash_out), read_dataset(&single_out));
+    assert_eq!(read_dataset(&pair_out), read_dataset(&single_out));
+    drop((single, pair, crash, crash_rows, pair_rows));
+}
