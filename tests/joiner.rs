@@ -78,6 +78,7 @@ fn joiner_config(
             "group = \"{group}\"\ninstance = \"{name}\"\n[kafka]\nbootstrap-servers = \"{}\"\n\
              [input]\nfeatures-topic = \"{features}\"\nevents-topic = \"{events}\"\nevents-format = \"json\"\n\
              dead-letter-topic = \"{dead_letter}\"\n[join]\nfeatures-wait = \"1h\"\nimpressions-wait = \"1h\"\n\
+             idle-timeout = \"1h\"\n\
              [output]\npath = \"{}\"\nflush-interval = \"300ms\"\n",
             kafka.bootstrap_servers,
             output.display()
@@ -380,4 +381,90 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     assert_eq!(read_dataset(&crash_out), read_dataset(&single_out));
     assert_eq!(read_dataset(&pair_out), read_dataset(&single_out));
     drop((single, pair, crash, crash_rows, pair_rows));
+}
+
+/// With a label window, rows wait for it to close; when the inputs go quiet the watermark moves
+/// on the wall clock, the windows close, and finished hours get their `_SUCCESS` marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_inputs_close_label_windows_and_complete_hours() {
+    let Some(kafka) = kafka("quiet_inputs_close_label_windows_and_complete_hours") else {
+        return;
+    };
+    let features = kafka.unique_topic("done-features", 1).await;
+    let events = kafka.unique_topic("done-events", 1).await;
+    let dead_letter = kafka.unique_topic("done-dlq", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let sidecar = sidecar(sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&kafka.config),
+        &features,
+        ALLOW,
+    ))
+    .await;
+    let mut via = client(sidecar.local_addr).await;
+    // Impressions two hours ago: their hour can be complete as soon as the watermark is now.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let t = now_ms - 2 * 3_600_000;
+    let mut app = Vec::new();
+    for seed in 0..4u32 {
+        let id = format!("quiet-{seed}");
+        via.model_infer(ranker_request(&id, 3, 0, seed, false))
+            .await
+            .unwrap();
+        let item = (1000 + seed * 10_000).to_string();
+        app.push(app_event(&id, &item, t + 10, "impression"));
+        // After the impression: it folds in because the row waits for the label window.
+        app.push(app_event(&id, &item, t + 500, "click"));
+    }
+    produce_events(&kafka.config, &events, &app).await;
+    sidecar.stop();
+    sidecar.wait().await;
+
+    let out = dir.path().join("dataset");
+    let config = joiner_config(
+        dir.path(),
+        "quiet",
+        &kafka.config,
+        &kafka.unique_group("quiet"),
+        &features,
+        &events,
+        &dead_letter,
+        &out,
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "features-wait = \"1h\"",
+            "features-wait = \"3s\"\nlabel-window = \"2s\"\nmax-out-of-orderness = \"0s\"",
+        )
+        .replace("impressions-wait = \"1h\"", "impressions-wait = \"3s\"")
+        .replace("idle-timeout = \"1h\"", "idle-timeout = \"1s\"");
+    std::fs::write(&config, text).unwrap();
+    let joiner = Joiner::start(&config);
+
+    let rows = wait_for_rows(&out, 4, "rows after the label window").await;
+    assert!(
+        rows.values().all(|r| r.len() == 1 && r[0].0 == 1),
+        "each row once, with its click: {rows:?}"
+    );
+    let (date, hour) = {
+        let secs = t / 1000;
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%d %H"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8(out.stdout).unwrap();
+        let (d, h) = s.trim().split_once(' ').unwrap();
+        (d.to_owned(), h.to_owned())
+    };
+    let marker = out.join(format!("dt={date}/hr={hour}/_SUCCESS"));
+    let complete =
+        featurelog_testkit::eventually(Duration::from_secs(60), || marker.exists()).await;
+    assert!(complete, "{} was not written", marker.display());
+    assert!(joiner.terminate().success());
 }

@@ -103,7 +103,7 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
 
     let dir = tempfile::tempdir().unwrap();
     let dataset = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-    let files = dataset.stage("feature-log-0", 1, &rows).unwrap();
+    let files = dataset.stage("feature-log-0", 1, &rows).unwrap().files;
     let checkpoint = Checkpoint {
         task: "feature-log-0".into(),
         epoch: 1,

@@ -83,6 +83,10 @@ pub struct WindowConfig {
     /// How far behind the newest event of an input older events may still arrive.
     #[serde(default = "default_out_of_orderness", with = "humantime_serde")]
     pub max_out_of_orderness: Duration,
+    /// When a task has read nothing for this long, its watermark moves to the wall clock
+    /// (minus `max-out-of-orderness`), so windows close and hours complete in quiet periods.
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
     /// Fraction of scored, never impressed candidates written as negatives.
     #[serde(default)]
     pub negatives_sample_rate: f64,
@@ -129,6 +133,9 @@ fn default_impressions_wait() -> Duration {
 fn default_out_of_orderness() -> Duration {
     Duration::from_secs(5)
 }
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(30)
+}
 fn default_state_bytes() -> usize {
     1 << 30
 }
@@ -149,6 +156,7 @@ impl Default for WindowConfig {
             impressions_wait: default_impressions_wait(),
             label_window: None,
             max_out_of_orderness: default_out_of_orderness(),
+            idle_timeout: default_idle_timeout(),
             negatives_sample_rate: 0.0,
             state_max_bytes: default_state_bytes(),
         }

@@ -129,7 +129,7 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
 
     let stop = shutdown.child_token();
     let router = tokio::spawn(router(config.clone(), stop.clone()));
-    let joined = join(config.clone(), stop.clone()).await;
+    let joined = join(config.clone(), partitions, stop.clone()).await;
     // Whatever ended first, the other stops too.
     stop.cancel();
     let routed = router.await.unwrap_or(Ok(()));
@@ -352,6 +352,8 @@ impl ConsumerContext for Revocations {
 
 struct Task {
     name: String,
+    /// When the task last read a message (for the idle watermark).
+    last_message: std::time::Instant,
     state: JoinState,
     /// The next offset to take from the features (0) and events (1) partitions.
     next: [i64; 2],
@@ -391,6 +393,7 @@ fn recover(dataset: &Dataset, name: &str, config: &JoinerConfig) -> Result<Task,
     );
     Ok(Task {
         name: name.to_owned(),
+        last_message: std::time::Instant::now(),
         state,
         next,
         epoch,
@@ -406,7 +409,11 @@ fn flush(dataset: &Dataset, task: &mut Task) -> Result<bool, JoinError> {
         return Ok(true);
     }
     let epoch = task.epoch + 1;
-    let files = dataset.stage(&task.name, epoch, &task.rows)?;
+    let staged = dataset.stage(&task.name, epoch, &task.rows)?;
+    if staged.late_rows > 0 {
+        tracing::warn!(task = %task.name, rows = staged.late_rows, "rows for hours already complete written under late/");
+    }
+    let files = staged.files;
     let state = dataset.stage_state(&task.name, epoch, &task.state.snapshot())?;
     let checkpoint = Checkpoint {
         task: task.name.clone(),
@@ -437,7 +444,11 @@ fn flush(dataset: &Dataset, task: &mut Task) -> Result<bool, JoinError> {
 }
 
 /// The join stage: one task per partition of the feature-log topic and the repartition topic.
-async fn join(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<(), JoinError> {
+async fn join(
+    config: Arc<JoinerConfig>,
+    partitions: i32,
+    shutdown: CancellationToken,
+) -> Result<(), JoinError> {
     let kafka = &config.kafka;
     let features_topic = config.input.features_topic.clone();
     let repartition = config.repartition_topic();
@@ -467,6 +478,16 @@ async fn join(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<
         },
     )?;
     let mut tasks: HashMap<i32, Task> = HashMap::new();
+    let all_tasks: Vec<String> = (0..partitions)
+        .map(|p| format!("{features_topic}-{p}"))
+        .collect();
+    // An hour is complete once every task's watermark is past its end plus the longest time a
+    // row of it can still be emitted (docs/JOINER.md, "Completeness").
+    let completeness_lag = {
+        let j = config.join_config();
+        j.features_wait_us
+            .saturating_add(j.label_window_us.unwrap_or(0))
+    };
     let mut tick = tokio::time::interval(config.output.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -495,6 +516,22 @@ async fn join(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<
             }
             _ = tick.tick() => {
                 drop_revoked(&mut tasks);
+                let idle = config.join.idle_timeout;
+                let ooo = i64::try_from(config.join.max_out_of_orderness.as_micros()).unwrap_or(i64::MAX);
+                for task in tasks.values_mut() {
+                    if task.last_message.elapsed() >= idle {
+                        let now_us = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+                            .unwrap_or(0);
+                        let before = task.state.watermark_us();
+                        let rows = task.state.idle_advance(now_us.saturating_sub(ooo));
+                        if !rows.is_empty() || task.state.watermark_us() != before {
+                            task.dirty = true;
+                            task.rows.extend(rows);
+                        }
+                    }
+                }
                 let mut fenced = Vec::new();
                 for (p, task) in tasks.iter_mut() {
                     if !tokio::task::block_in_place(|| flush(&dataset, task))? {
@@ -505,6 +542,11 @@ async fn join(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<
                     tasks.remove(&p);
                 }
                 commit_monitoring(&consumer, &tasks, &features_topic, &repartition);
+                match tokio::task::block_in_place(|| dataset.mark_complete(&all_tasks, completeness_lag)) {
+                    Ok(marked) if !marked.is_empty() => tracing::info!(?marked, "hours complete"),
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!(%err, "completeness markers"),
+                }
                 dead_letters.poll(Duration::ZERO);
             }
             message = consumer.recv() => {
@@ -531,6 +573,7 @@ async fn join(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<
                 }
                 task.next[input] = message.offset() + 1;
                 task.dirty = true;
+                task.last_message = std::time::Instant::now();
                 let payload = message.payload().unwrap_or_default();
                 let rows = if input == 0 {
                     match FeatureLog::decode(payload).map_err(|e| e.to_string()).and_then(|log| {

@@ -90,6 +90,33 @@ pub struct Checkpoint {
     pub state: Option<String>,
 }
 
+/// The marker of a complete hour.
+pub const SUCCESS: &str = "_SUCCESS";
+
+/// What [`Dataset::stage`] wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Staged {
+    /// The visible names the files get at the roll forward.
+    pub files: Vec<String>,
+    /// Rows that went to the late area.
+    pub late_rows: usize,
+}
+
+/// The start of the hour `date` (`YYYY-MM-DD`) `hh` in epoch microseconds.
+fn hour_start_us(date: &str, hh: &str) -> Option<i64> {
+    let y: i64 = date.get(0..4)?.parse().ok()?;
+    let m: i64 = date.get(5..7)?.parse().ok()?;
+    let d: i64 = date.get(8..10)?.parse().ok()?;
+    let h: i64 = hh.parse().ok()?;
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3600) * 1_000_000)
+}
+
 /// Writer settings.
 #[derive(Debug, Clone)]
 pub struct SinkOptions {
@@ -159,8 +186,10 @@ impl Dataset {
     }
 
     /// Writes `rows` as pending files of `task`'s `epoch`, one per hour of impression time
-    /// (negatives, which have none, by served-at). Returns the visible names they will get.
-    pub fn stage(&self, task: &str, epoch: u64, rows: &[Row]) -> Result<Vec<String>, SinkError> {
+    /// (negatives, which have none, by served-at). Rows of an hour already marked complete
+    /// (`_SUCCESS`) go under `late/` instead, never silently into the finished hour. Returns the
+    /// visible names the files will get and how many rows were late.
+    pub fn stage(&self, task: &str, epoch: u64, rows: &[Row]) -> Result<Staged, SinkError> {
         let mut by_hour: BTreeMap<(String, String), Vec<Row>> = BTreeMap::new();
         for row in rows {
             let t = row.impression_time_us.unwrap_or_else(|| {
@@ -175,16 +204,101 @@ impl Dataset {
                 .or_default()
                 .push(row.clone());
         }
-        let mut names = Vec::with_capacity(by_hour.len());
+        let mut staged = Staged::default();
         for (n, ((dt, hr), rows)) in by_hour.into_iter().enumerate() {
-            let visible = format!(
-                "dt={dt}/hr={hr}/part-{}-{epoch:010}-{n:04}.parquet",
-                safe(task)
-            );
+            let hour_dir = format!("dt={dt}/hr={hr}");
+            let dir = if self.root.join(&hour_dir).join(SUCCESS).exists() {
+                staged.late_rows += rows.len();
+                format!("late/{hour_dir}")
+            } else {
+                hour_dir
+            };
+            let visible = format!("{dir}/part-{}-{epoch:010}-{n:04}.parquet", safe(task));
             self.write_parquet(&pending_name(&visible), &rows)?;
-            names.push(visible);
+            staged.files.push(visible);
         }
-        Ok(names)
+        Ok(staged)
+    }
+
+    /// The newest checkpoint of a task, read only (no roll forward, no clean-up).
+    pub fn latest_checkpoint(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
+        let dir = self.checkpoint_dir(task);
+        if !dir.exists() {
+            return Ok(None);
+        }
+        let mut newest: Option<(u64, PathBuf)> = None;
+        for entry in fs::read_dir(&dir).map_err(io("list", &dir))? {
+            let entry = entry.map_err(io("list", &dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(epoch) = name
+                .strip_suffix(".json")
+                .and_then(|e| e.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if newest.as_ref().is_none_or(|(e, _)| epoch > *e) {
+                newest = Some((epoch, entry.path()));
+            }
+        }
+        let Some((_, path)) = newest else {
+            return Ok(None);
+        };
+        let text = fs::read(&path).map_err(io("read", &path))?;
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| SinkError::Checkpoint {
+                path,
+                problem: e.to_string(),
+            })
+    }
+
+    /// Marks complete every hour that ended at least `lag_us` before the dataset watermark,
+    /// the minimum of the newest checkpointed watermark of every one of `tasks`. Returns the
+    /// hours marked now (`dt=.../hr=...`). Marks nothing while a task has no checkpoint.
+    pub fn mark_complete(&self, tasks: &[String], lag_us: i64) -> Result<Vec<String>, SinkError> {
+        let mut watermark = i64::MAX;
+        for task in tasks {
+            match self.latest_checkpoint(task)? {
+                Some(cp) => watermark = watermark.min(cp.watermark_us),
+                None => return Ok(Vec::new()),
+            }
+        }
+        if tasks.is_empty() || watermark == i64::MIN {
+            return Ok(Vec::new());
+        }
+        let complete_before = watermark.saturating_sub(lag_us);
+        let mut marked = Vec::new();
+        for day in fs::read_dir(&self.root)
+            .map_err(io("list", &self.root))?
+            .flatten()
+        {
+            let day_name = day.file_name().to_string_lossy().into_owned();
+            let Some(date) = day_name.strip_prefix("dt=") else {
+                continue;
+            };
+            let day_path = day.path();
+            for hour in fs::read_dir(&day_path)
+                .map_err(io("list", &day_path))?
+                .flatten()
+            {
+                let hour_name = hour.file_name().to_string_lossy().into_owned();
+                let Some(start) = hour_name
+                    .strip_prefix("hr=")
+                    .and_then(|hh| hour_start_us(date, hh))
+                else {
+                    continue;
+                };
+                let marker = hour.path().join(SUCCESS);
+                if start.saturating_add(3_600_000_000) <= complete_before && !marker.exists() {
+                    File::create(&marker)
+                        .and_then(|f| f.sync_all())
+                        .map_err(io("create", &marker))?;
+                    sync_dir(&hour.path())?;
+                    marked.push(format!("{day_name}/{hour_name}"));
+                }
+            }
+        }
+        Ok(marked)
     }
 
     fn write_parquet(&self, relative: &str, rows: &[Row]) -> Result<(), SinkError> {
@@ -326,7 +440,7 @@ impl Dataset {
                 let entry = entry.map_err(io("list", &dir))?;
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    if name.starts_with("dt=") || name.starts_with("hr=") {
+                    if name.starts_with("dt=") || name.starts_with("hr=") || name == "late" {
                         dirs.push(entry.path());
                     }
                     continue;
@@ -433,7 +547,7 @@ mod tests {
     fn committed_rows_become_visible_parquet_by_hour() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        let files = ds.stage("t-0", 1, &rows(18)).unwrap();
+        let files = ds.stage("t-0", 1, &rows(18)).unwrap().files;
         assert_eq!(files.len(), 2, "two impression hours, two files");
         assert!(
             visible_files(dir.path()).is_empty(),
@@ -460,12 +574,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         // Epoch 1 committed but the process died before renaming.
-        let files1 = ds.stage("t-0", 1, &rows(1)).unwrap();
+        let files1 = ds.stage("t-0", 1, &rows(1)).unwrap().files;
         ds.commit(&checkpoint("t-0", 1, files1.clone())).unwrap();
         // Epoch 2 staged, never committed.
         ds.stage("t-0", 2, &rows(5)).unwrap();
         // Another task's pending files are not touched.
-        let other = ds.stage("t-1", 1, &rows(7)).unwrap();
+        let other = ds.stage("t-1", 1, &rows(7)).unwrap().files;
 
         let cp = ds.recover("t-0").unwrap().unwrap();
         assert_eq!(cp.epoch, 1);
@@ -476,6 +590,41 @@ mod tests {
         assert_eq!(ds.recover("t-0").unwrap(), Some(cp));
         assert_eq!(visible_files(dir.path()), files1);
         assert_eq!(ds.recover("never").unwrap(), None);
+    }
+
+    #[test]
+    fn hours_are_marked_complete_by_the_slowest_task_and_late_rows_go_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let tasks = vec!["t-0".to_string(), "t-1".to_string()];
+        let staged = ds.stage("t-0", 1, &rows(1)).unwrap();
+        let mut cp = checkpoint("t-0", 1, staged.files);
+        cp.watermark_us = 10 * 3_600_000_000;
+        ds.commit(&cp).unwrap();
+        ds.roll_forward(&cp).unwrap();
+        assert!(
+            ds.mark_complete(&tasks, 0).unwrap().is_empty(),
+            "t-1 has no checkpoint yet"
+        );
+        let mut cp1 = checkpoint("t-1", 1, vec![]);
+        cp1.watermark_us = 2 * 3_600_000_000 + 1;
+        ds.commit(&cp1).unwrap();
+        // The slower task's watermark (02:00) minus a 1 h lag: only hour 00 is complete.
+        assert!(ds.mark_complete(&tasks, 3_600_000_000).unwrap().is_empty());
+        assert_eq!(
+            ds.mark_complete(&tasks, 0).unwrap(),
+            ["dt=1970-01-01/hr=01"]
+        );
+        assert!(dir.path().join("dt=1970-01-01/hr=01/_SUCCESS").exists());
+        assert!(!dir.path().join("dt=1970-01-01/hr=02/_SUCCESS").exists());
+        // A row for the finished hour arrives later: it goes to late/, counted.
+        let late = ds.stage("t-0", 2, &rows(1)[..1]).unwrap();
+        assert_eq!(late.late_rows, 1);
+        assert!(
+            late.files[0].starts_with("late/dt=1970-01-01/hr=01/"),
+            "{:?}",
+            late.files
+        );
     }
 
     #[test]

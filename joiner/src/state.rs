@@ -170,6 +170,21 @@ impl JoinState {
         self.watermark_us
     }
 
+    /// The newest event time seen on either input (`i64::MIN` before any).
+    pub fn newest_us(&self) -> i64 {
+        self.max_features_us.max(self.max_events_us)
+    }
+
+    /// Moves the watermark to `to_us` (if that is later) although the inputs have not shown it:
+    /// the runtime calls this when both inputs have been quiet for the idle timeout, so that
+    /// windows close in quiet periods too. Returns the rows that completes.
+    pub fn idle_advance(&mut self, to_us: i64) -> Vec<Row> {
+        self.watermark_us = self.watermark_us.max(to_us);
+        let mut out = Vec::new();
+        self.advance_into(&mut out);
+        out
+    }
+
     /// Estimated bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes
@@ -394,12 +409,14 @@ impl JoinState {
 
     fn advance_into(&mut self, out: &mut Vec<Row>) {
         let newest = self.max_features_us.min(self.max_events_us);
-        if newest == i64::MIN {
+        if newest != i64::MIN {
+            let candidate = newest.saturating_sub(self.config.max_out_of_orderness_us);
+            self.watermark_us = self.watermark_us.max(candidate);
+        }
+        let wm = self.watermark_us;
+        if wm == i64::MIN {
             return;
         }
-        let candidate = newest.saturating_sub(self.config.max_out_of_orderness_us);
-        self.watermark_us = self.watermark_us.max(candidate);
-        let wm = self.watermark_us;
 
         while let Some((due, r, i)) = self.pending_due.first().cloned() {
             if due > wm {
@@ -836,6 +853,24 @@ mod tests {
         let straight = run(false);
         assert_eq!(straight.len(), 3);
         assert_eq!(run(true), straight);
+    }
+
+    #[test]
+    fn an_idle_advance_closes_windows_when_traffic_stops() {
+        let mut s = JoinState::new(config(Some(10 * MIN)));
+        s.add_features(log("r1", 0, &["a"]));
+        assert!(
+            s.add_event(event("r1", "a", 1, EventKind::Impression))
+                .is_empty()
+        );
+        assert!(
+            s.advance().is_empty(),
+            "no new events: the window stays open"
+        );
+        let rows = s.idle_advance(12 * MIN);
+        assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
+        assert!(s.idle_advance(5 * MIN).is_empty());
+        assert_eq!(s.watermark_us(), 12 * MIN, "never back");
     }
 
     #[test]
