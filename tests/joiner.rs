@@ -79,7 +79,7 @@ fn joiner_config(
              [input]\nfeatures-topic = \"{features}\"\nevents-topic = \"{events}\"\nevents-format = \"json\"\n\
              dead-letter-topic = \"{dead_letter}\"\n[join]\nfeatures-wait = \"1h\"\nimpressions-wait = \"1h\"\n\
              idle-timeout = \"1h\"\n\
-             [output]\npath = \"{}\"\nflush-interval = \"300ms\"\n",
+             [output]\npath = \"{}\"\nflush-interval = \"300ms\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
             kafka.bootstrap_servers,
             output.display()
         ),

@@ -44,6 +44,25 @@ pub struct JoinerConfig {
     pub join: WindowConfig,
     /// The dataset.
     pub output: OutputConfig,
+    /// The operator endpoint.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// `/metrics`, `/healthz` and `/readyz`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of the endpoint (default 0.0.0.0:9465).
+    pub listen: std::net::SocketAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 9465)),
+        }
+    }
 }
 
 /// The input topics.

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod event;
+pub mod metrics;
 pub mod rows;
 pub mod run;
 pub mod sink;

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{EventFormat, JoinerConfig};
 use crate::event::{self, Event, EventKind};
+use crate::metrics::{JoinMetrics, Label};
 use crate::sink::{Checkpoint, Dataset, SinkError, SinkOptions};
 use crate::state::{JoinState, Row};
 
@@ -59,6 +60,15 @@ pub enum JoinError {
     /// The dataset failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// The metrics endpoint could not listen.
+    #[error("cannot listen on {addr} for /metrics (is another process using the port?)")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A task's state snapshot could not be read.
     #[error("task {task}: state snapshot {path}: {message}")]
     Restore {
@@ -127,9 +137,27 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
     }
     tracing::info!(%features, partitions, %repartition, "joiner starting");
 
+    let metrics = Arc::new(JoinMetrics::new());
+    let listen = config.metrics.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| JoinError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let render = metrics.clone();
+    tokio::spawn(featurelog_ops::serve(
+        listener,
+        Arc::new(move || render.render()),
+        ready.clone(),
+        shutdown.clone(),
+    ));
+
     let stop = shutdown.child_token();
-    let router = tokio::spawn(router(config.clone(), stop.clone()));
-    let joined = join(config.clone(), partitions, stop.clone()).await;
+    let router = tokio::spawn(router(config.clone(), metrics.clone(), stop.clone()));
+    let joined = join(config.clone(), partitions, metrics.clone(), stop.clone()).await;
+    ready.store(false, std::sync::atomic::Ordering::SeqCst);
     // Whatever ended first, the other stops too.
     stop.cancel();
     let routed = router.await.unwrap_or(Ok(()));
@@ -140,8 +168,13 @@ fn dead_letter(
     producer: &BaseProducer,
     topic: &str,
     message: &rdkafka::message::BorrowedMessage<'_>,
-    reason: &str,
+    reason: &'static str,
+    metrics: &JoinMetrics,
 ) {
+    metrics
+        .dead_letters
+        .get_or_create(&Label { name: reason })
+        .inc();
     let source = format!(
         "{}/{}/{}",
         message.topic(),
@@ -190,7 +223,11 @@ fn to_impression(e: &Event) -> Impression {
 }
 
 /// Moves app events to the repartition topic, keyed by request id, exactly once.
-async fn router(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Result<(), JoinError> {
+async fn router(
+    config: Arc<JoinerConfig>,
+    metrics: Arc<JoinMetrics>,
+    shutdown: CancellationToken,
+) -> Result<(), JoinError> {
     let kafka: &KafkaConfig = &config.kafka;
     let group = format!("{}.router", config.group);
     let consumer: StreamConsumer = kafka
@@ -259,7 +296,10 @@ async fn router(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Resul
                             .payload(&bytes);
                         loop {
                             match producer.send(record) {
-                                Ok(()) => break,
+                                Ok(()) => {
+                                    metrics.events_routed.inc();
+                                    break;
+                                }
                                 Err((RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
                                     producer.poll(Duration::from_millis(50));
                                     record = r;
@@ -268,7 +308,7 @@ async fn router(config: Arc<JoinerConfig>, shutdown: CancellationToken) -> Resul
                             }
                         }
                     }
-                    Err(err) => dead_letter(&producer, &config.input.dead_letter_topic, &message, err.reason()),
+                    Err(err) => dead_letter(&producer, &config.input.dead_letter_topic, &message, err.reason(), &metrics),
                 }
                 next.insert((message.topic().to_owned(), message.partition()), message.offset() + 1);
                 producer.poll(Duration::ZERO);
@@ -360,6 +400,8 @@ struct Task {
     epoch: u64,
     rows: Vec<Row>,
     dirty: bool,
+    /// The state's counts as last added to the metrics.
+    reported: crate::state::Counts,
 }
 
 fn recover(dataset: &Dataset, name: &str, config: &JoinerConfig) -> Result<Task, JoinError> {
@@ -399,17 +441,19 @@ fn recover(dataset: &Dataset, name: &str, config: &JoinerConfig) -> Result<Task,
         epoch,
         rows: Vec::new(),
         dirty: false,
+        reported: crate::state::Counts::default(),
     })
 }
 
 /// Commits a task: its rows, its state and its offsets, in one checkpoint. Returns false when
 /// another owner committed first (the task must be dropped).
-fn flush(dataset: &Dataset, task: &mut Task) -> Result<bool, JoinError> {
+fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bool, JoinError> {
     if !task.dirty {
         return Ok(true);
     }
     let epoch = task.epoch + 1;
     let staged = dataset.stage(&task.name, epoch, &task.rows)?;
+    let staged_late = staged.late_rows;
     if staged.late_rows > 0 {
         tracing::warn!(task = %task.name, rows = staged.late_rows, "rows for hours already complete written under late/");
     }
@@ -436,6 +480,9 @@ fn flush(dataset: &Dataset, task: &mut Task) -> Result<bool, JoinError> {
         Err(e) => return Err(e.into()),
     }
     dataset.roll_forward(&checkpoint)?;
+    metrics.commits.inc();
+    metrics.rows_written.inc_by(task.rows.len() as u64);
+    metrics.late_rows.inc_by(staged_late as u64);
     tracing::debug!(task = %task.name, epoch, rows = task.rows.len(), "committed");
     task.epoch = epoch;
     task.rows.clear();
@@ -447,6 +494,7 @@ fn flush(dataset: &Dataset, task: &mut Task) -> Result<bool, JoinError> {
 async fn join(
     config: Arc<JoinerConfig>,
     partitions: i32,
+    metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
     let kafka = &config.kafka;
@@ -508,7 +556,7 @@ async fn join(
             _ = shutdown.cancelled() => {
                 drop_revoked(&mut tasks);
                 for task in tasks.values_mut() {
-                    tokio::task::block_in_place(|| flush(&dataset, task))?;
+                    tokio::task::block_in_place(|| flush(&dataset, task, &metrics))?;
                 }
                 commit_monitoring(&consumer, &tasks, &features_topic, &repartition);
                 tracing::info!("join stage stopped after a final commit");
@@ -534,7 +582,7 @@ async fn join(
                 }
                 let mut fenced = Vec::new();
                 for (p, task) in tasks.iter_mut() {
-                    if !tokio::task::block_in_place(|| flush(&dataset, task))? {
+                    if !tokio::task::block_in_place(|| flush(&dataset, task, &metrics))? {
                         fenced.push(*p);
                     }
                 }
@@ -542,6 +590,19 @@ async fn join(
                     tasks.remove(&p);
                 }
                 commit_monitoring(&consumer, &tasks, &features_topic, &repartition);
+                let (mut bytes, mut requests, mut low) = (0usize, 0usize, i64::MAX);
+                for task in tasks.values_mut() {
+                    task.reported = metrics.report(&task.reported, &task.state.counts);
+                    bytes += task.state.bytes();
+                    requests += task.state.requests();
+                    low = low.min(task.state.watermark_us());
+                }
+                metrics.tasks.set(tasks.len() as i64);
+                metrics.state_bytes.set(bytes as i64);
+                metrics.buffered_requests.set(requests as i64);
+                if low != i64::MAX && low != i64::MIN {
+                    metrics.watermark_seconds.set(low / 1_000_000);
+                }
                 match tokio::task::block_in_place(|| dataset.mark_complete(&all_tasks, completeness_lag)) {
                     Ok(marked) if !marked.is_empty() => tracing::info!(?marked, "hours complete"),
                     Ok(_) => {}
@@ -582,7 +643,7 @@ async fn join(
                         Ok(log) => task.state.add_features(log),
                         Err(reason) => {
                             tracing::debug!(%reason, "bad feature log");
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_feature_log");
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_feature_log", &metrics);
                             task.state.advance()
                         }
                     }
@@ -590,7 +651,7 @@ async fn join(
                     match event::from_protobuf(payload) {
                         Ok(e) => task.state.add_event(e),
                         Err(err) => {
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason());
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason(), &metrics);
                             task.state.advance()
                         }
                     }

@@ -7,7 +7,7 @@
 //! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer.
 //! - [`publisher`]: the bounded queue, decoding threads, producer and adaptive controller.
 //! - [`extract`]: one call to one record.
-//! - [`metrics`], [`http`]: what an operator sees.
+//! - [`metrics`]: what an operator sees (served by `featurelog-ops`).
 //!
 //! [`start`] runs it all; the returned [`Sidecar`] shuts it down in order: stop accepting,
 //! finish the calls in flight, drain the queue, flush the producer.
@@ -16,7 +16,6 @@ pub mod allowlist;
 pub mod config;
 mod error;
 pub mod extract;
-pub mod http;
 pub mod lazy;
 pub mod metrics;
 pub mod proxy;
@@ -115,9 +114,10 @@ pub async fn start(
     let ready = Arc::new(AtomicBool::new(true));
     // The metrics endpoint outlives the proxy's drain so the drain itself can be watched; it
     // stops with the process.
-    tokio::spawn(http::serve(
+    let render_metrics = metrics.clone();
+    tokio::spawn(featurelog_ops::serve(
         metrics_listener,
-        metrics.clone(),
+        Arc::new(move || render_metrics.render()),
         ready.clone(),
         CancellationToken::new(),
     ));

@@ -1,5 +1,6 @@
-//! The operator's HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` (the process
-//! is up) and `/readyz` (the proxy accepts calls; 503 while starting or shutting down).
+//! The operator's HTTP endpoint of every featurelog service: `/metrics` (Prometheus text
+//! format, rendered by the service), `/healthz` (the process is up) and `/readyz` (the service
+//! does its work; 503 while starting or shutting down).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,12 +13,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+/// Renders the service's metrics in the text exposition format.
+pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Serves the endpoint until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
-    metrics: Arc<Metrics>,
+    metrics: Render,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) {
@@ -46,12 +48,12 @@ pub async fn serve(
     }
 }
 
-fn route(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+fn route(path: &str, metrics: &Render, ready: &AtomicBool) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/metrics" => (
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.render(),
+            metrics(),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
         "/readyz" if ready.load(Ordering::SeqCst) => {

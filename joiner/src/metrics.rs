@@ -1,0 +1,200 @@
+//! The joiner's Prometheus metrics: outcomes of every expired entry, rows and late rows written,
+//! dead letters, commits, and the size of the state. Served on `[metrics] listen` by
+//! `featurelog-ops`.
+
+use std::sync::atomic::AtomicI64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::state::Counts;
+
+/// A label with a reason or an outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Label {
+    /// The outcome or reason.
+    pub name: &'static str,
+}
+
+/// Every metric of one joiner process.
+#[derive(Debug)]
+pub struct JoinMetrics {
+    registry: Registry,
+    /// What happened to entries: joined, scored_not_impressed, negatives,
+    /// impression_without_features, unknown_item, labels_without_impression, late, evicted,
+    /// duplicate_features.
+    pub outcomes: Family<Label, Counter>,
+    /// Rows committed to the dataset.
+    pub rows_written: Counter,
+    /// Of those, written under late/.
+    pub late_rows: Counter,
+    /// Records sent to the dead-letter topic, by reason.
+    pub dead_letters: Family<Label, Counter>,
+    /// Events moved to the repartition topic.
+    pub events_routed: Counter,
+    /// Task checkpoints committed.
+    pub commits: Counter,
+    /// Tasks (partitions) this process runs.
+    pub tasks: Gauge,
+    /// Estimated bytes of join state held.
+    pub state_bytes: Gauge,
+    /// Requests whose features are held.
+    pub buffered_requests: Gauge,
+    /// The lowest task watermark, in seconds since the epoch.
+    pub watermark_seconds: Gauge<i64, AtomicI64>,
+}
+
+impl Default for JoinMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl JoinMetrics {
+    /// A registry with every metric under `featurelog_join_`.
+    pub fn new() -> Self {
+        let mut root = Registry::default();
+        let r = root.sub_registry_with_prefix("featurelog_join");
+        let m = Self {
+            registry: Registry::default(),
+            outcomes: Family::default(),
+            rows_written: Counter::default(),
+            late_rows: Counter::default(),
+            dead_letters: Family::default(),
+            events_routed: Counter::default(),
+            commits: Counter::default(),
+            tasks: Gauge::default(),
+            state_bytes: Gauge::default(),
+            buffered_requests: Gauge::default(),
+            watermark_seconds: Gauge::default(),
+        };
+        r.register(
+            "outcomes",
+            "What happened to join entries, by outcome",
+            m.outcomes.clone(),
+        );
+        r.register(
+            "rows_written",
+            "Rows committed to the dataset",
+            m.rows_written.clone(),
+        );
+        r.register(
+            "late_rows",
+            "Rows for complete hours, written under late/",
+            m.late_rows.clone(),
+        );
+        r.register(
+            "dead_letters",
+            "Records dead-lettered, by reason",
+            m.dead_letters.clone(),
+        );
+        r.register(
+            "events_routed",
+            "App events moved to the repartition topic",
+            m.events_routed.clone(),
+        );
+        r.register("commits", "Task checkpoints committed", m.commits.clone());
+        r.register("tasks", "Tasks this process runs", m.tasks.clone());
+        r.register(
+            "state_bytes",
+            "Estimated bytes of join state",
+            m.state_bytes.clone(),
+        );
+        r.register(
+            "buffered_requests",
+            "Requests whose features are held",
+            m.buffered_requests.clone(),
+        );
+        r.register(
+            "watermark_seconds",
+            "The lowest task watermark",
+            m.watermark_seconds.clone(),
+        );
+        Self {
+            registry: root,
+            ..m
+        }
+    }
+
+    /// Adds what `now` counted beyond `reported` (both from one task's state) to the outcome
+    /// counters, and returns `now` as the new `reported`.
+    pub fn report(&self, reported: &Counts, now: &Counts) -> Counts {
+        let pairs = [
+            ("joined", reported.joined, now.joined),
+            (
+                "scored_not_impressed",
+                reported.scored_not_impressed,
+                now.scored_not_impressed,
+            ),
+            ("negatives", reported.negatives, now.negatives),
+            (
+                "impression_without_features",
+                reported.impression_without_features,
+                now.impression_without_features,
+            ),
+            ("unknown_item", reported.unknown_item, now.unknown_item),
+            (
+                "labels_without_impression",
+                reported.labels_without_impression,
+                now.labels_without_impression,
+            ),
+            ("late", reported.late, now.late),
+            ("evicted", reported.evicted, now.evicted),
+            (
+                "duplicate_features",
+                reported.duplicate_features,
+                now.duplicate_features,
+            ),
+        ];
+        for (name, before, after) in pairs {
+            if after > before {
+                self.outcomes
+                    .get_or_create(&Label { name })
+                    .inc_by(after - before);
+            }
+        }
+        now.clone()
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_counters_add_only_what_is_new() {
+        let m = JoinMetrics::new();
+        let mut reported = Counts::default();
+        let now = Counts {
+            joined: 3,
+            late: 1,
+            ..Counts::default()
+        };
+        reported = m.report(&reported, &now);
+        let now = Counts {
+            joined: 5,
+            late: 1,
+            ..Counts::default()
+        };
+        m.report(&reported, &now);
+        let text = m.render();
+        assert!(
+            text.contains("featurelog_join_outcomes_total{name=\"joined\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("featurelog_join_outcomes_total{name=\"late\"} 1"),
+            "{text}"
+        );
+    }
+}
