@@ -474,86 +474,100 @@ impl JoinState {
     }
 }
 
-/// The serialised form of a [`JoinState`], written beside each checkpoint.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Snapshot {
-    /// Every feature log referenced, by request id, protobuf-encoded as hex.
-    logs: BTreeMap<String, String>,
+/// The serialised form of a [`JoinState`], written beside each checkpoint: this header as a
+/// length-delimited protobuf message, then each feature log of `features` (in that order) and
+/// of `matched_only`, each length-delimited. Feature logs are copied as their protobuf bytes,
+/// with no conversion: a snapshot costs about what writing the held records costs.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SnapshotHeader {
+    #[prost(message, repeated, tag = "1")]
     features: Vec<SnapFeature>,
+    /// Requests whose features expired while a matched impression still waits for its label
+    /// window: their logs follow the held ones.
+    #[prost(string, repeated, tag = "2")]
+    matched_only: Vec<String>,
+    #[prost(message, repeated, tag = "3")]
     pending: Vec<SnapPending>,
-    emitted: BTreeMap<String, Vec<String>>,
+    #[prost(message, repeated, tag = "4")]
+    emitted: Vec<SnapEmitted>,
+    #[prost(int64, tag = "5")]
     max_features_us: i64,
+    #[prost(int64, tag = "6")]
     max_events_us: i64,
+    #[prost(int64, tag = "7")]
     watermark_us: i64,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, PartialEq, prost::Message)]
 struct SnapFeature {
+    #[prost(string, tag = "1")]
     request_id: String,
+    #[prost(int64, tag = "2")]
     expires_at: i64,
+    #[prost(string, repeated, tag = "3")]
     impressed: Vec<String>,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Clone, PartialEq, prost::Message)]
 struct SnapPending {
+    #[prost(string, tag = "1")]
     request_id: String,
+    #[prost(string, tag = "2")]
     item_id: String,
+    #[prost(int64, optional, tag = "3")]
     impression_us: Option<i64>,
+    #[prost(int64, tag = "4")]
     first_us: i64,
+    #[prost(uint32, tag = "5")]
     clicks: u32,
+    #[prost(uint32, tag = "6")]
     conversions: u32,
+    #[prost(btree_map = "string, uint32", tag = "7")]
     other: BTreeMap<String, u32>,
+    #[prost(btree_map = "string, double", tag = "8")]
     values: BTreeMap<String, f64>,
-    matched_row: Option<usize>,
+    #[prost(uint64, optional, tag = "9")]
+    matched_row: Option<u64>,
 }
 
-fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+#[derive(Clone, PartialEq, prost::Message)]
+struct SnapEmitted {
+    #[prost(string, tag = "1")]
+    request_id: String,
+    #[prost(string, repeated, tag = "2")]
+    items: Vec<String>,
 }
 
 impl JoinState {
     /// Serialises everything the state holds, so that a restarted task continues exactly where
     /// the checkpoint left it. Counts are not included: they are per process, for metrics.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut logs = BTreeMap::new();
-        for (r, f) in &self.features {
-            logs.insert(
-                r.clone(),
-                hex_encode(&prost::Message::encode_to_vec(&*f.log)),
-            );
-        }
-        for ((r, _), p) in &self.pending {
-            if let Some((log, _)) = &p.matched {
-                logs.entry(r.clone())
-                    .or_insert_with(|| hex_encode(&prost::Message::encode_to_vec(&**log)));
-            }
-        }
+        use prost::Message;
         let expiry: HashMap<&str, i64> = self
             .feature_expiry
             .iter()
             .map(|(t, r)| (r.as_str(), *t))
             .collect();
-        let snapshot = Snapshot {
-            logs,
-            features: self
-                .features
+        let held: Vec<(&String, &FeatureEntry)> = self.features.iter().collect();
+        let mut matched_only: Vec<(String, Arc<FeatureLog>)> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
+        for ((r, _), p) in &self.pending {
+            if let Some((log, _)) = &p.matched {
+                if !self.features.contains_key(r) && seen.insert(r.as_str()) {
+                    matched_only.push((r.clone(), log.clone()));
+                }
+            }
+        }
+        let header = SnapshotHeader {
+            features: held
                 .iter()
                 .map(|(r, f)| SnapFeature {
-                    request_id: r.clone(),
+                    request_id: (*r).clone(),
                     expires_at: expiry.get(r.as_str()).copied().unwrap_or(i64::MAX),
                     impressed: f.impressed.iter().cloned().collect(),
                 })
                 .collect(),
+            matched_only: matched_only.iter().map(|(r, _)| r.clone()).collect(),
             pending: self
                 .pending
                 .iter()
@@ -566,37 +580,48 @@ impl JoinState {
                     conversions: p.labels.conversions,
                     other: p.labels.other.clone(),
                     values: p.labels.values.clone(),
-                    matched_row: p.matched.as_ref().map(|(_, row)| *row),
+                    matched_row: p.matched.as_ref().map(|(_, row)| *row as u64),
                 })
                 .collect(),
             emitted: self
                 .emitted
                 .iter()
-                .map(|(r, items)| (r.clone(), items.iter().cloned().collect()))
+                .map(|(r, items)| SnapEmitted {
+                    request_id: r.clone(),
+                    items: items.iter().cloned().collect(),
+                })
                 .collect(),
             max_features_us: self.max_features_us,
             max_events_us: self.max_events_us,
             watermark_us: self.watermark_us,
         };
-        serde_json::to_vec(&snapshot).unwrap_or_default()
+        let logs_len: usize = held.iter().map(|(_, f)| f.bytes).sum();
+        let mut out = Vec::with_capacity(header.encoded_len() + logs_len + 16);
+        // Writing to a Vec cannot fail.
+        let _ = header.encode_length_delimited(&mut out);
+        for (_, f) in &held {
+            let _ = f.log.encode_length_delimited(&mut out);
+        }
+        for (_, log) in &matched_only {
+            let _ = log.encode_length_delimited(&mut out);
+        }
+        out
     }
 
     /// Rebuilds a state from [`JoinState::snapshot`]'s bytes.
     pub fn restore(config: JoinConfig, bytes: &[u8]) -> Result<Self, String> {
-        let snap: Snapshot = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        use prost::Message;
+        let mut buf = bytes;
+        let header =
+            SnapshotHeader::decode_length_delimited(&mut buf).map_err(|e| e.to_string())?;
         let mut logs: HashMap<String, Arc<FeatureLog>> = HashMap::new();
-        for (r, hex) in &snap.logs {
-            let raw = hex_decode(hex).ok_or_else(|| format!("log of {r:?}: bad hex"))?;
-            let log = <FeatureLog as prost::Message>::decode(raw.as_slice())
-                .map_err(|e| format!("log of {r:?}: {e}"))?;
-            logs.insert(r.clone(), Arc::new(log));
-        }
         let mut state = JoinState::new(config);
-        for f in snap.features {
-            let log = logs
-                .get(&f.request_id)
-                .cloned()
-                .ok_or_else(|| format!("no log for {:?}", f.request_id))?;
+        for f in header.features {
+            let log = Arc::new(
+                FeatureLog::decode_length_delimited(&mut buf)
+                    .map_err(|e| format!("log of {:?}: {e}", f.request_id))?,
+            );
+            logs.insert(f.request_id.clone(), log.clone());
             let bytes = prost::Message::encoded_len(&*log) + 64 * log.candidate_ids.len();
             let rows = log
                 .candidate_ids
@@ -618,13 +643,18 @@ impl JoinState {
                 },
             );
         }
-        for p in snap.pending {
+        for r in header.matched_only {
+            let log = FeatureLog::decode_length_delimited(&mut buf)
+                .map_err(|e| format!("log of {r:?}: {e}"))?;
+            logs.insert(r, Arc::new(log));
+        }
+        for p in header.pending {
             let matched = match p.matched_row {
                 Some(row) => Some((
                     logs.get(&p.request_id)
                         .cloned()
                         .ok_or_else(|| format!("no log for {:?}", p.request_id))?,
-                    row,
+                    usize::try_from(row).map_err(|e| e.to_string())?,
                 )),
                 None => None,
             };
@@ -647,14 +677,14 @@ impl JoinState {
             state.bytes += PENDING_BYTES;
             state.reschedule(&key);
         }
-        state.emitted = snap
+        state.emitted = header
             .emitted
             .into_iter()
-            .map(|(r, items)| (r, items.into_iter().collect()))
+            .map(|e| (e.request_id, e.items.into_iter().collect()))
             .collect();
-        state.max_features_us = snap.max_features_us;
-        state.max_events_us = snap.max_events_us;
-        state.watermark_us = snap.watermark_us;
+        state.max_features_us = header.max_features_us;
+        state.max_events_us = header.max_events_us;
+        state.watermark_us = header.watermark_us;
         Ok(state)
     }
 }

@@ -1,0 +1,320 @@
+//! What the joiner costs, against baselines run in the same command:
+//! 1. CPU per input record: consuming the FeatureLog and event topics without joining, against
+//!    `featurelog join` (router + join + Parquet + checkpoints) on the same records.
+//! 2. Memory per buffered request: the join state's estimate and the process's resident memory
+//!    growth while holding feature logs that wait for impressions.
+//! 3. The Parquet stage (`Dataset::stage`: rows to Arrow, zstd Parquet, fsync) against writing
+//!    the same record batch with arrow's `ArrowWriter` alone.
+//!
+//! Run with `bench/join.sh`; it needs a Kafka broker in `FEATURELOG_KAFKA`.
+#![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
+
+// The same allocator as the featurelog binary, so the joiner runs here as it runs there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use featurelog_joiner::config::JoinerConfig;
+use featurelog_joiner::sink::{Dataset, SinkOptions};
+use featurelog_joiner::state::{JoinConfig, JoinState, Labels, Row};
+use featurelog_kafka::KafkaConfig;
+use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
+use prost::Message as _;
+use rdkafka::Message as _;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Requests (feature logs) to produce.
+    #[arg(long, default_value_t = 20_000)]
+    requests: usize,
+    /// Candidates per request.
+    #[arg(long, default_value_t = 100)]
+    candidates: usize,
+    /// Logged FP32 features per candidate.
+    #[arg(long, default_value_t = 10)]
+    features: usize,
+    /// Impressions per request.
+    #[arg(long, default_value_t = 5)]
+    impressions: usize,
+    /// The joiner's flush (commit) interval; 10 s is its default.
+    #[arg(long, default_value = "10s")]
+    flush_interval: String,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "FEATURELOG_KAFKA")]
+    kafka: String,
+}
+
+fn cpu_seconds() -> f64 {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
+            total += s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    total as f64 / 1e9
+}
+
+fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {
+    let n = args.candidates;
+    FeatureLog {
+        request_id: format!("bench-{i}"),
+        model_name: "ranker".into(),
+        model_version: "1".into(),
+        served_at: Some(prost_types::Timestamp {
+            seconds: now_s,
+            nanos: 0,
+        }),
+        row_count: n as u32,
+        candidate_ids: (0..n).map(|j| (i * 1000 + j).to_string()).collect(),
+        features: (0..args.features)
+            .map(|f| Feature {
+                name: format!("f{f}"),
+                datatype: DataType::Fp32 as i32,
+                row_shape: vec![],
+                values: Some(Values {
+                    fp32_values: (0..n)
+                        .map(|j| ((i + j * 7 + f) % 97) as f32 * 0.5)
+                        .collect(),
+                    ..Default::default()
+                }),
+                per_request: false,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+async fn produce(
+    args: &Args,
+    kafka: &KafkaConfig,
+    features: &str,
+    events: &str,
+) -> anyhow::Result<usize> {
+    let producer: FutureProducer = kafka
+        .client_config(&[
+            ("partitioner", "murmur2_random"),
+            ("linger.ms", "20"),
+            ("compression.type", "zstd"),
+        ])
+        .create()?;
+    let now_s = 1_764_439_200;
+    let mut pending = Vec::new();
+    let mut impressions = 0;
+    for i in 0..args.requests {
+        let log = feature_log(args, i, now_s).encode_to_vec();
+        let id = format!("bench-{i}");
+        pending.push(
+            producer
+                .send_result(FutureRecord::to(features).key(&id).payload(&log))
+                .map_err(|(e, _)| e)?,
+        );
+        for k in 0..args.impressions {
+            let item = (i * 1000 + k * 3).to_string();
+            let body = format!(
+                r#"{{"request_id":"{id}","item_id":"{item}","event_time":{},"event_type":"impression"}}"#,
+                now_s * 1000 + 100
+            );
+            pending.push(
+                producer
+                    .send_result(FutureRecord::to(events).key(&item).payload(&body))
+                    .map_err(|(e, _)| e)?,
+            );
+            impressions += 1;
+        }
+        if pending.len() > 20_000 {
+            for p in pending.drain(..) {
+                p.await?.map_err(|(e, _)| e)?;
+            }
+        }
+    }
+    for p in pending {
+        p.await?.map_err(|(e, _)| e)?;
+    }
+    Ok(impressions)
+}
+
+/// Reads both topics to the end, decoding nothing: the floor any consumer pays.
+async fn consume_only(
+    kafka: &KafkaConfig,
+    topics: &[&str],
+    expected: usize,
+) -> anyhow::Result<f64> {
+    let consumer: StreamConsumer = kafka
+        .client_config(&[
+            ("group.id", &format!("bench-consume-{}", std::process::id())),
+            ("auto.offset.reset", "earliest"),
+            ("enable.auto.commit", "false"),
+        ])
+        .create()?;
+    consumer.subscribe(topics)?;
+    let cpu0 = cpu_seconds();
+    let mut bytes = 0usize;
+    for _ in 0..expected {
+        let m = tokio::time::timeout(Duration::from_secs(60), consumer.recv()).await??;
+        bytes += m.payload().map_or(0, <[u8]>::len);
+    }
+    let cpu = cpu_seconds() - cpu0;
+    std::hint::black_box(bytes);
+    Ok(cpu)
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn scrape(addr: std::net::SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let kafka = KafkaConfig::new(&args.kafka);
+    let run = std::process::id();
+    let (features, events) = (
+        format!("bench-features-{run}"),
+        format!("bench-events-{run}"),
+    );
+    featurelog_kafka::admin::ensure_topic(&kafka, &features, 4, 1, Duration::from_secs(30)).await?;
+    featurelog_kafka::admin::ensure_topic(&kafka, &events, 3, 1, Duration::from_secs(30)).await?;
+    let impressions = produce(&args, &kafka, &features, &events)
+        .await
+        .context("producing")?;
+    let records = args.requests + impressions;
+    println!(
+        "join benchmark: {} requests x {} candidates x {} FP32 features, {impressions} impressions ({records} input records)",
+        args.requests, args.candidates, args.features
+    );
+
+    // 1. Consume-only baseline, then the joiner, on the same records.
+    let consume_cpu = consume_only(&kafka, &[&features, &events], records).await?;
+    let dir = tempfile::tempdir()?;
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let text = format!(
+        "group = \"bench-join-{run}\"\n[kafka]\nbootstrap-servers = \"{}\"\n[input]\nfeatures-topic = \"{features}\"\n\
+         events-topic = \"{events}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"1h\"\n\
+         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\n[output]\npath = \"{}\"\nflush-interval = \"{}\"\n\
+         [metrics]\nlisten = \"{metrics_addr}\"\n",
+        args.kafka,
+        dir.path().join("out").display(),
+        args.flush_interval
+    );
+    let config =
+        JoinerConfig::from_toml_with_env(&dir.path().join("join.toml"), &text, Vec::new())?;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    let joiner = tokio::spawn(featurelog_joiner::run::run(config, shutdown.clone()));
+    loop {
+        let written = scrape(metrics_addr)
+            .await
+            .map_or(0.0, |t| metric(&t, "featurelog_join_rows_written_total"));
+        if written as usize >= impressions {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "joiner wrote {written} of {impressions} rows in 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let join_cpu = cpu_seconds() - cpu0;
+    let join_wall = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    joiner.await??;
+    println!();
+    println!("| stage | CPU s | input records per CPU s | joined rows per CPU s |");
+    println!("| --- | --- | --- | --- |");
+    println!(
+        "| consume only (baseline) | {consume_cpu:.2} | {:.0} | - |",
+        records as f64 / consume_cpu
+    );
+    println!(
+        "| featurelog join | {join_cpu:.2} | {:.0} | {:.0} |",
+        records as f64 / join_cpu,
+        impressions as f64 / join_cpu
+    );
+    println!(
+        "joiner throughput per core / consume-only: {:.3} (target >= 0.5); wall {join_wall:.1} s (includes waiting for flushes)",
+        consume_cpu / join_cpu
+    );
+
+    // 2. Memory per buffered request.
+    let logs: Vec<FeatureLog> = (0..args.requests.min(20_000))
+        .map(|i| feature_log(&args, i, 1_764_439_200))
+        .collect();
+    let mut state = JoinState::new(JoinConfig {
+        features_wait_us: 3_600_000_000,
+        impressions_wait_us: 3_600_000_000,
+        label_window_us: None,
+        max_out_of_orderness_us: 0,
+        negatives_rate: 0.0,
+        max_bytes: usize::MAX,
+    });
+    let n = logs.len();
+    for log in logs {
+        state.add_features(log);
+    }
+    println!(
+        "memory per buffered request ({} candidates x {} features): {:.0} bytes (the state's accounting: the record's encoded size plus 64 bytes per candidate for its index)",
+        args.candidates,
+        args.features,
+        state.bytes() as f64 / n as f64,
+    );
+
+    // 3. The Parquet stage against arrow's writer alone, on the same rows.
+    let log = Arc::new(feature_log(&args, 0, 1_764_439_200));
+    let rows: Vec<Row> = (0..100_000)
+        .map(|i| Row {
+            request_id: format!("bench-{}", i / args.candidates),
+            item_id: (i % args.candidates).to_string(),
+            features: log.clone(),
+            row: i % args.candidates,
+            impression_time_us: Some(1_764_439_200_000_000),
+            labels: Labels::default(),
+        })
+        .collect();
+    let ds = Dataset::open(dir.path().join("stage"), SinkOptions::default())?;
+    let t = Instant::now();
+    ds.stage("bench", 1, &rows)?;
+    let stage_s = t.elapsed().as_secs_f64();
+    let batch = featurelog_joiner::rows::to_record_batch(&rows)?;
+    let t = Instant::now();
+    let file = std::fs::File::create(dir.path().join("raw.parquet"))?;
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(
+            parquet::basic::ZstdLevel::try_new(3)?,
+        ))
+        .build();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props))?;
+    writer.write(&batch)?;
+    writer.close()?;
+    let raw_s = t.elapsed().as_secs_f64();
+    println!(
+        "parquet: 100000 rows staged (rows to Arrow + zstd Parquet + fsync) in {:.3} s vs arrow writer alone on a ready batch {:.3} s: {:.2}x",
+        stage_s,
+        raw_s,
+        stage_s / raw_s
+    );
+    Ok(())
+}
