@@ -51,17 +51,7 @@ struct Args {
 }
 
 fn cpu_seconds() -> f64 {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
-            total += s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-        }
-    }
-    total as f64 / 1e9
+    featurelog_bench::cpu_seconds(None)
 }
 
 fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {

@@ -64,21 +64,8 @@ fn free_addr() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-/// CPU time of every thread of a process, in seconds, from /proc/<pid>/task/*/schedstat (ns).
 fn cpu_seconds(pid: u32) -> f64 {
-    let mut total = 0u64;
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
-                total += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    total as f64 / 1e9
+    featurelog_bench::cpu_seconds(Some(pid))
 }
 
 /// CPU seconds per thread group (tokio workers, publisher threads, librdkafka threads, other).

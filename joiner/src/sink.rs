@@ -397,36 +397,10 @@ impl Dataset {
     /// The task's newest checkpoint, after finishing its roll forward and deleting every file
     /// the task staged and never committed. `None` when the task never committed.
     pub fn recover(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
-        let dir = self.checkpoint_dir(task);
-        let mut newest: Option<(u64, PathBuf)> = None;
-        if dir.exists() {
-            for entry in fs::read_dir(&dir).map_err(io("list", &dir))? {
-                let entry = entry.map_err(io("list", &dir))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(epoch) = name
-                    .strip_suffix(".json")
-                    .and_then(|e| e.parse::<u64>().ok())
-                else {
-                    continue;
-                };
-                if newest.as_ref().is_none_or(|(e, _)| epoch > *e) {
-                    newest = Some((epoch, entry.path()));
-                }
-            }
+        let checkpoint = self.latest_checkpoint(task)?;
+        if let Some(cp) = &checkpoint {
+            self.roll_forward(cp)?;
         }
-        let checkpoint = match newest {
-            Some((_, path)) => {
-                let text = fs::read(&path).map_err(io("read", &path))?;
-                let cp: Checkpoint =
-                    serde_json::from_slice(&text).map_err(|e| SinkError::Checkpoint {
-                        path: path.clone(),
-                        problem: e.to_string(),
-                    })?;
-                self.roll_forward(&cp)?;
-                Some(cp)
-            }
-            None => None,
-        };
         let committed = checkpoint.as_ref().map_or(0, |c| c.epoch);
         self.delete_uncommitted(task, committed)?;
         Ok(checkpoint)

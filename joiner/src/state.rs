@@ -93,6 +93,26 @@ struct FeatureEntry {
     impressed: HashSet<String>,
 }
 
+impl FeatureEntry {
+    /// Indexes a record's candidates and accounts for its size: the encoded record plus 64 bytes
+    /// per candidate for the index.
+    fn new(log: Arc<FeatureLog>, impressed: HashSet<String>) -> Self {
+        let bytes = prost::Message::encoded_len(&*log) + 64 * log.candidate_ids.len();
+        let rows = log
+            .candidate_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
+        Self {
+            log,
+            bytes,
+            rows,
+            impressed,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Pending {
     impression_us: Option<i64>,
@@ -213,20 +233,8 @@ impl JoinState {
             self.advance_into(&mut out);
             return out;
         }
-        let bytes = prost::Message::encoded_len(&log) + 64 * log.candidate_ids.len();
-        let rows = log
-            .candidate_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i))
-            .collect();
-        let entry = FeatureEntry {
-            log: Arc::new(log),
-            bytes,
-            rows,
-            impressed: HashSet::new(),
-        };
-        self.bytes += bytes;
+        let entry = FeatureEntry::new(Arc::new(log), HashSet::new());
+        self.bytes += entry.bytes;
         self.feature_expiry.insert((expires_at, request_id.clone()));
         self.features.insert(request_id.clone(), entry);
         // Impressions that were waiting for these features.
@@ -622,26 +630,12 @@ impl JoinState {
                     .map_err(|e| format!("log of {:?}: {e}", f.request_id))?,
             );
             logs.insert(f.request_id.clone(), log.clone());
-            let bytes = prost::Message::encoded_len(&*log) + 64 * log.candidate_ids.len();
-            let rows = log
-                .candidate_ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (id.clone(), i))
-                .collect();
-            state.bytes += bytes;
+            let entry = FeatureEntry::new(log, f.impressed.into_iter().collect());
+            state.bytes += entry.bytes;
             state
                 .feature_expiry
                 .insert((f.expires_at, f.request_id.clone()));
-            state.features.insert(
-                f.request_id,
-                FeatureEntry {
-                    log,
-                    bytes,
-                    rows,
-                    impressed: f.impressed.into_iter().collect(),
-                },
-            );
+            state.features.insert(f.request_id, entry);
         }
         for r in header.matched_only {
             let log = FeatureLog::decode_length_delimited(&mut buf)

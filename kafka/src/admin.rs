@@ -10,6 +10,17 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::{KafkaConfig, KafkaError};
 
+/// A plain client of any kind for metadata and admin calls.
+fn client<T: rdkafka::config::FromClientConfig>(kafka: &KafkaConfig) -> Result<T, KafkaError> {
+    kafka
+        .client_config(&[])
+        .create()
+        .map_err(|source| KafkaError::Client {
+            bootstrap: kafka.bootstrap_servers.clone(),
+            source,
+        })
+}
+
 /// Creates `topic` with `partitions` partitions (replication factor `replication`) unless it
 /// exists, then waits up to `timeout` until every partition has a leader.
 pub async fn ensure_topic(
@@ -19,14 +30,7 @@ pub async fn ensure_topic(
     replication: i32,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> =
-        kafka
-            .client_config(&[])
-            .create()
-            .map_err(|source| KafkaError::Client {
-                bootstrap: kafka.bootstrap_servers.clone(),
-                source,
-            })?;
+    let admin: AdminClient<DefaultClientContext> = client(kafka)?;
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let options = AdminOptions::new().operation_timeout(Some(timeout));
     let created = admin.create_topics([&new_topic], &options).await;
@@ -64,14 +68,7 @@ pub async fn wait_for_leaders(
     partitions: i32,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
-    let consumer: BaseConsumer =
-        kafka
-            .client_config(&[])
-            .create()
-            .map_err(|source| KafkaError::Client {
-                bootstrap: kafka.bootstrap_servers.clone(),
-                source,
-            })?;
+    let consumer: BaseConsumer = client(kafka)?;
     let topic_name = topic.to_owned();
     let started = Instant::now();
     // Metadata calls block; keep them off the async worker threads.
@@ -112,14 +109,7 @@ pub async fn partition_count(
     topic: &str,
     timeout: Duration,
 ) -> Result<Option<i32>, KafkaError> {
-    let consumer: BaseConsumer =
-        kafka
-            .client_config(&[])
-            .create()
-            .map_err(|source| KafkaError::Client {
-                bootstrap: kafka.bootstrap_servers.clone(),
-                source,
-            })?;
+    let consumer: BaseConsumer = client(kafka)?;
     let name = topic.to_owned();
     let metadata =
         tokio::task::spawn_blocking(move || consumer.fetch_metadata(Some(&name), timeout))

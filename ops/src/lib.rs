@@ -1,6 +1,7 @@
 //! The operator's HTTP endpoint of every featurelog service: `/metrics` (Prometheus text
 //! format, rendered by the service), `/healthz` (the process is up) and `/readyz` (the service
-//! does its work; 503 while starting or shutting down).
+//! does its work; 503 while starting or shutting down). Also the layering of every service's
+//! configuration: a TOML file under environment overrides.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,6 +13,33 @@ use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// A TOML config with `PREFIX` + `SECTION__KEY` environment overrides on top: sections are
+/// separated by `__` and single underscores stand for dashes, so
+/// `FEATURELOG_SIDECAR__PUBLISH__QUEUE_CAPACITY=5` sets `publish.queue-capacity`. The
+/// environment is passed in (not read here) so that tests stay hermetic.
+pub fn layered_config(
+    text: &str,
+    prefix: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> figment::Figment {
+    use figment::providers::{Format, Serialized, Toml};
+    let mut figment = figment::Figment::new().merge(Toml::string(text));
+    for (key, value) in env {
+        let Some(rest) = key.strip_prefix(prefix) else {
+            continue;
+        };
+        let dotted = rest
+            .to_ascii_lowercase()
+            .replace("__", ".")
+            .replace('_', "-");
+        let parsed: figment::value::Value = value
+            .parse::<figment::value::Value>()
+            .unwrap_or_else(|_| value.clone().into());
+        figment = figment.merge(Serialized::global(&dotted, parsed));
+    }
+    figment
+}
 
 /// Renders the service's metrics in the text exposition format.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;

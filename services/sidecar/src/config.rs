@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use featurelog_kafka::KafkaConfig;
-use figment::Figment;
-use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::SidecarError;
@@ -204,21 +202,7 @@ impl SidecarConfig {
             path: path.to_owned(),
             message,
         };
-        // The environment is passed in rather than read here so tests stay hermetic.
-        let mut figment = Figment::new().merge(Toml::string(text));
-        for (key, value) in env {
-            let Some(rest) = key.strip_prefix(ENV_PREFIX) else {
-                continue;
-            };
-            let dotted = rest
-                .to_ascii_lowercase()
-                .replace("__", ".")
-                .replace('_', "-");
-            let parsed: figment::value::Value = value
-                .parse::<figment::value::Value>()
-                .unwrap_or_else(|_| value.clone().into());
-            figment = figment.merge(Serialized::global(&dotted, parsed));
-        }
+        let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env);
         let mut config: SidecarConfig = figment.extract().map_err(|e| err(e.to_string()))?;
         if config.allow_list.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
