@@ -79,7 +79,7 @@ struct NotYet {
 
 fn not_yet(name: &str) -> ExitCode {
     eprintln!(
-        "featurelog {name}: not available yet in this build. See the README's roadmap for when it lands."
+        "featurelog {name}: not available yet in this build (see the Status table in the README)."
     );
     ExitCode::from(2)
 }

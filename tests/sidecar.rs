@@ -292,3 +292,46 @@ async fn tritonclient_works_through_the_sidecar_and_is_logged_bit_exact() {
         .collect();
     assert_eq!(serde_json::json!(scores), sent["score_bits"]);
 }
+
+/// A caller's deadline travels through the sidecar: the call fails at the deadline, and the
+/// model server sees the call cancelled instead of finishing it.
+#[tokio::test]
+async fn deadlines_and_cancellation_reach_the_model_server() {
+    let (model_addr, _stop, cancelled) =
+        featurelog_testkit::serving::model_server_counting(&["ranker"]).await;
+    let dir = temp_dir();
+    let config = sidecar_config(dir.path(), model_addr, None, "unused", "");
+    let sidecar = sidecar(config).await;
+    let mut via = client(sidecar.local_addr).await;
+    let mut slow = ranker_request("slow", 3, 0, 1, false);
+    slow.parameters.insert(
+        "delay_ms".into(),
+        featurelog_schemas::inference::InferParameter {
+            parameter_choice: Some(
+                featurelog_schemas::inference::infer_parameter::ParameterChoice::Int64Param(5_000),
+            ),
+        },
+    );
+    let mut request = tonic::Request::new(slow);
+    request.set_timeout(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let err = via.model_infer(request).await.unwrap_err();
+    // tonic's client enforces the deadline too, so whichever timer fires first decides between
+    // these two; what matters is below: the model server stopped working on the call.
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the deadline was not honoured"
+    );
+    let seen = featurelog_testkit::eventually(Duration::from_secs(3), || {
+        cancelled.load(std::sync::atomic::Ordering::SeqCst) == 1
+    })
+    .await;
+    assert!(seen, "the model server never saw the call cancelled");
+}

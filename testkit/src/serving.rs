@@ -18,12 +18,25 @@ use tonic::transport::Channel;
 
 /// A model server running until the returned token is cancelled (or the test ends).
 pub async fn model_server(models: &[&str]) -> (SocketAddr, CancellationToken) {
+    let (addr, stop, _) = model_server_counting(models).await;
+    (addr, stop)
+}
+
+/// [`model_server`], also returning its count of calls cancelled before they finished.
+pub async fn model_server_counting(
+    models: &[&str],
+) -> (
+    SocketAddr,
+    CancellationToken,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
     let server = ReferenceModelServer::new(models.iter().copied());
+    let cancelled = server.cancelled_calls();
     let token = stop.clone();
     tokio::spawn(featurelog_model_server::serve(
         server,
@@ -32,7 +45,7 @@ pub async fn model_server(models: &[&str]) -> (SocketAddr, CancellationToken) {
             token.cancelled().await;
         },
     ));
-    (addr, stop)
+    (addr, stop, cancelled)
 }
 
 /// A sidecar config for tests: loopback, port 0, fast reloads, the allow list in `dir`.

@@ -12,6 +12,9 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use featurelog_schemas::featurelog::v1::DataType;
 use featurelog_schemas::inference::grpc_inference_service_server::{
@@ -30,6 +33,19 @@ pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct ReferenceModelServer {
     models: BTreeSet<String>,
+    cancelled: Arc<AtomicU64>,
+}
+
+/// Counts a call whose handler was dropped before it finished (the caller went away or its
+/// deadline passed), so tests can see cancellation reach the model server.
+struct CancelGuard(Option<Arc<AtomicU64>>);
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(counter) = self.0.take() {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl ReferenceModelServer {
@@ -37,7 +53,13 @@ impl ReferenceModelServer {
     pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(models: I) -> Self {
         Self {
             models: models.into_iter().map(Into::into).collect(),
+            cancelled: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How many calls were cancelled before they finished; shared with every clone.
+    pub fn cancelled_calls(&self) -> Arc<AtomicU64> {
+        self.cancelled.clone()
     }
 
     fn check_model(&self, name: &str) -> Result<(), Status> {
@@ -166,6 +188,16 @@ impl GrpcInferenceService for ReferenceModelServer {
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let request = request.into_inner();
         self.check_model(&request.model_name)?;
+        // A `delay_ms` request parameter makes the model slow, for deadline tests.
+        if let Some(pb::infer_parameter::ParameterChoice::Int64Param(ms)) = request
+            .parameters
+            .get("delay_ms")
+            .and_then(|p| p.parameter_choice.clone())
+        {
+            let mut guard = CancelGuard(Some(self.cancelled.clone()));
+            tokio::time::sleep(Duration::from_millis(ms.max(0) as u64)).await;
+            guard.0 = None;
+        }
         if let Some(other) = request.outputs.iter().find(|o| o.name != "score") {
             return Err(Status::invalid_argument(format!(
                 "unknown output {:?}; the model has \"score\"",
