@@ -3,7 +3,6 @@
 #![allow(clippy::panic, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use featurelog_kafka::KafkaConfig;
@@ -111,11 +110,6 @@ pub async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
 /// Where the test's temporary files go.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
-}
-
-/// Keeps a temp dir's path.
-pub fn path_of(dir: &tempfile::TempDir) -> PathBuf {
-    dir.path().to_owned()
 }
 
 /// A recommender's request: `candidates` items, per-item features `f0..f{extra}` (FP32), an

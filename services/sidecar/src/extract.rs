@@ -6,7 +6,9 @@ use std::time::SystemTime;
 
 use featurelog_schemas::featurelog::v1::{Feature, FeatureLog};
 use featurelog_schemas::inference::infer_parameter::ParameterChoice;
-use featurelog_schemas::inference::{InferParameter, ModelInferRequest, ModelInferResponse};
+use featurelog_schemas::inference::{
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
+};
 use featurelog_schemas::tensor::{self, Tensor, TensorError};
 
 use crate::allowlist::ModelRule;
@@ -70,6 +72,27 @@ pub struct CallContext<'a> {
     pub allow_list_version: &'a str,
 }
 
+/// Decodes the tensor called `name` among `tensors` (name, datatype, shape, typed contents),
+/// whose raw contents, if any, are `raw` in the same order.
+fn decode_named<'a>(
+    mut tensors: impl Iterator<Item = (&'a str, &'a str, &'a [i64], Option<&'a InferTensorContents>)>,
+    raw: &[bytes::Bytes],
+    name: &str,
+) -> Result<Option<Tensor>, ExtractError> {
+    let Some((i, (n, datatype, shape, contents))) =
+        tensors.by_ref().enumerate().find(|(_, t)| t.0 == name)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(tensor::decode(
+        n,
+        datatype,
+        shape,
+        contents,
+        raw.get(i),
+    )?))
+}
+
 fn input_tensor(request: &ModelInferRequest, name: &str) -> Result<Option<Tensor>, ExtractError> {
     let raw = &request.raw_input_contents;
     if !raw.is_empty() && raw.len() != request.inputs.len() {
@@ -79,43 +102,30 @@ fn input_tensor(request: &ModelInferRequest, name: &str) -> Result<Option<Tensor
         }
         .into());
     }
-    let Some((i, input)) = request
-        .inputs
-        .iter()
-        .enumerate()
-        .find(|(_, t)| t.name == name)
-    else {
-        return Ok(None);
-    };
-    Ok(Some(tensor::decode(
-        &input.name,
-        &input.datatype,
-        &input.shape,
-        input.contents.as_ref(),
-        raw.get(i),
-    )?))
+    let tensors = request.inputs.iter().map(|t| {
+        (
+            t.name.as_str(),
+            t.datatype.as_str(),
+            t.shape.as_slice(),
+            t.contents.as_ref(),
+        )
+    });
+    decode_named(tensors, raw, name)
 }
 
 fn output_tensor(
     response: &ModelInferResponse,
     name: &str,
 ) -> Result<Option<Tensor>, ExtractError> {
-    let raw = &response.raw_output_contents;
-    let Some((i, output)) = response
-        .outputs
-        .iter()
-        .enumerate()
-        .find(|(_, t)| t.name == name)
-    else {
-        return Ok(None);
-    };
-    Ok(Some(tensor::decode(
-        &output.name,
-        &output.datatype,
-        &output.shape,
-        output.contents.as_ref(),
-        raw.get(i),
-    )?))
+    let tensors = response.outputs.iter().map(|t| {
+        (
+            t.name.as_str(),
+            t.datatype.as_str(),
+            t.shape.as_slice(),
+            t.contents.as_ref(),
+        )
+    });
+    decode_named(tensors, &response.raw_output_contents, name)
 }
 
 fn parameter_string(p: &InferParameter) -> String {

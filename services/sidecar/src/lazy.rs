@@ -65,63 +65,100 @@ fn string(field: Bytes) -> Result<String, LazyError> {
     String::from_utf8(field.to_vec()).map_err(|_| LazyError::Malformed)
 }
 
-/// The request with only the inputs `rule` needs (its features and candidate-id tensor), their
-/// raw contents at matching positions, and its parameters when the rule reads any.
-pub fn decode_for_rule(mut buf: Bytes, rule: &ModelRule) -> Result<ModelInferRequest, LazyError> {
-    let mut request = ModelInferRequest::default();
-    let mut inputs: Vec<Bytes> = Vec::new();
-    let mut raw: Vec<Bytes> = Vec::new();
-    let mut params: Vec<Bytes> = Vec::new();
+/// One pass over a request's top-level fields: its head, and each input, raw-contents entry
+/// and parameter as a slice of the original buffer. The publisher picks the allow-list rule
+/// from the head, then decodes only what the rule needs with [`Scanned::decode_for_rule`].
+#[derive(Debug, Default)]
+pub struct Scanned {
+    /// The model's name.
+    pub model_name: String,
+    /// The model's version.
+    pub model_version: String,
+    /// The request's own id (empty if none).
+    pub id: String,
+    inputs: Vec<Bytes>,
+    raw: Vec<Bytes>,
+    params: Vec<Bytes>,
+}
+
+/// Scans a serialised ModelInferRequest.
+pub fn scan(mut buf: Bytes) -> Result<Scanned, LazyError> {
+    let mut s = Scanned::default();
     while buf.has_remaining() {
         let (tag, wire_type) = decode_key(&mut buf).map_err(|_| LazyError::Malformed)?;
         match (tag, wire_type) {
-            (1, WireType::LengthDelimited) => {
-                request.model_name = string(length_delimited(&mut buf)?)?
-            }
+            (1, WireType::LengthDelimited) => s.model_name = string(length_delimited(&mut buf)?)?,
             (2, WireType::LengthDelimited) => {
-                request.model_version = string(length_delimited(&mut buf)?)?;
+                s.model_version = string(length_delimited(&mut buf)?)?;
             }
-            (3, WireType::LengthDelimited) => request.id = string(length_delimited(&mut buf)?)?,
-            (4, WireType::LengthDelimited) => params.push(length_delimited(&mut buf)?),
-            (5, WireType::LengthDelimited) => inputs.push(length_delimited(&mut buf)?),
-            (7, WireType::LengthDelimited) => raw.push(length_delimited(&mut buf)?),
+            (3, WireType::LengthDelimited) => s.id = string(length_delimited(&mut buf)?)?,
+            (4, WireType::LengthDelimited) => s.params.push(length_delimited(&mut buf)?),
+            (5, WireType::LengthDelimited) => s.inputs.push(length_delimited(&mut buf)?),
+            (7, WireType::LengthDelimited) => s.raw.push(length_delimited(&mut buf)?),
             _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())
                 .map_err(|_| LazyError::Malformed)?,
         }
     }
-    if !raw.is_empty() && raw.len() != inputs.len() {
-        return Err(LazyError::RawCount(TensorError::RawCountMismatch {
-            inputs: inputs.len(),
-            raw: raw.len(),
-        }));
-    }
-    let wanted: HashSet<&str> = rule
-        .features
-        .iter()
-        .chain(&rule.candidate_ids_input)
-        .map(String::as_str)
-        .collect();
-    for (i, input) in inputs.into_iter().enumerate() {
-        let name = tensor_name(&input)?;
-        if !std::str::from_utf8(&name).is_ok_and(|n| wanted.contains(n)) {
-            continue;
+    Ok(s)
+}
+
+/// [`scan`] then [`Scanned::decode_for_rule`].
+pub fn decode_for_rule(buf: Bytes, rule: &ModelRule) -> Result<ModelInferRequest, LazyError> {
+    scan(buf)?.decode_for_rule(rule)
+}
+
+impl Scanned {
+    /// The request with only the inputs `rule` needs (its features and candidate-id tensor),
+    /// their raw contents at matching positions, and its parameters when the rule reads any.
+    pub fn decode_for_rule(self, rule: &ModelRule) -> Result<ModelInferRequest, LazyError> {
+        let Scanned {
+            model_name,
+            model_version,
+            id,
+            inputs,
+            raw,
+            params,
+        } = self;
+        let mut request = ModelInferRequest {
+            model_name,
+            model_version,
+            id,
+            ..ModelInferRequest::default()
+        };
+        if !raw.is_empty() && raw.len() != inputs.len() {
+            return Err(LazyError::RawCount(TensorError::RawCountMismatch {
+                inputs: inputs.len(),
+                raw: raw.len(),
+            }));
         }
-        request
-            .inputs
-            .push(InferInputTensor::decode(input).map_err(|_| LazyError::Malformed)?);
-        if let Some(r) = raw.get(i) {
-            request.raw_input_contents.push(r.clone());
-        }
-    }
-    if !rule.parameters.is_empty() || rule.candidate_ids_parameter.is_some() {
-        for entry in params {
-            let entry = ParameterEntry::decode(entry).map_err(|_| LazyError::Malformed)?;
+        let wanted: HashSet<&str> = rule
+            .features
+            .iter()
+            .chain(&rule.candidate_ids_input)
+            .map(String::as_str)
+            .collect();
+        for (i, input) in inputs.into_iter().enumerate() {
+            let name = tensor_name(&input)?;
+            if !std::str::from_utf8(&name).is_ok_and(|n| wanted.contains(n)) {
+                continue;
+            }
             request
-                .parameters
-                .insert(entry.key, entry.value.unwrap_or_default());
+                .inputs
+                .push(InferInputTensor::decode(input).map_err(|_| LazyError::Malformed)?);
+            if let Some(r) = raw.get(i) {
+                request.raw_input_contents.push(r.clone());
+            }
         }
+        if !rule.parameters.is_empty() || rule.candidate_ids_parameter.is_some() {
+            for entry in params {
+                let entry = ParameterEntry::decode(entry).map_err(|_| LazyError::Malformed)?;
+                request
+                    .parameters
+                    .insert(entry.key, entry.value.unwrap_or_default());
+            }
+        }
+        Ok(request)
     }
-    Ok(request)
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{CallLabels, Metrics};
-use crate::publisher::{CapturedCall, Publisher, RequestHead};
+use crate::publisher::{CapturedCall, Publisher};
 
 /// The body type both directions are boxed into.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -264,6 +264,18 @@ fn percent_encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// The first fields of a ModelInferRequest: enough to learn whether the request names itself.
+/// prost skips the fields it does not declare.
+#[derive(Clone, PartialEq, Message)]
+struct RequestHead {
+    #[prost(string, tag = "1")]
+    model_name: String,
+    #[prost(string, tag = "2")]
+    model_version: String,
+    #[prost(string, tag = "3")]
+    id: String,
 }
 
 /// The request side of a call, left by its tap for the response side.

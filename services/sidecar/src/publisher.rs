@@ -406,18 +406,6 @@ fn unframe(chunks: Vec<Bytes>, encoding: Option<&str>, limit: usize) -> Result<B
     }
 }
 
-/// The first fields of a ModelInferRequest: enough to pick a rule and sample before decoding the
-/// tensors. prost skips the fields it does not declare.
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct RequestHead {
-    #[prost(string, tag = "1")]
-    pub model_name: String,
-    #[prost(string, tag = "2")]
-    pub model_version: String,
-    #[prost(string, tag = "3")]
-    pub id: String,
-}
-
 fn publish(shared: &Shared, call: CapturedCall) {
     let metrics = &shared.metrics;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
@@ -432,17 +420,19 @@ fn publish(shared: &Shared, call: CapturedCall) {
         Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
         Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
     };
-    let Ok(head) = RequestHead::decode(request_bytes.clone()) else {
-        return metrics.drop_call("malformed_protobuf");
+    // One pass over the request: the head picks the rule, the rest is decoded only if logged.
+    let scanned = match crate::lazy::scan(request_bytes) {
+        Ok(s) => s,
+        Err(_) => return metrics.drop_call("malformed_protobuf"),
     };
     let list = shared.allow_list.current();
-    let Some(rule) = list.rule(&head.model_name, &head.model_version) else {
+    let Some(rule) = list.rule(&scanned.model_name, &scanned.model_version) else {
         return metrics.skip_call("not_allow_listed");
     };
-    let request_id = if head.id.is_empty() {
+    let request_id = if scanned.id.is_empty() {
         call.fallback_request_id
     } else {
-        head.id
+        scanned.id.clone()
     };
     if !sampling::sampled(&request_id, rule.sample_rate) {
         return metrics.skip_call("not_sampled");
@@ -452,7 +442,7 @@ fn publish(shared: &Shared, call: CapturedCall) {
     if fraction < 1.0 && !sampling::sampled(&format!("shed:{request_id}"), fraction) {
         return metrics.drop_call("adaptive_shed");
     }
-    let request = match crate::lazy::decode_for_rule(request_bytes, rule) {
+    let request = match scanned.decode_for_rule(rule) {
         Ok(r) => r,
         Err(crate::lazy::LazyError::Malformed) => return metrics.drop_call("malformed_protobuf"),
         Err(crate::lazy::LazyError::RawCount(err)) => return metrics.drop_call(err.reason()),
