@@ -30,6 +30,8 @@ install_missing() {
   command -v java >/dev/null || apt+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || apt+=(maven)
   command -v python3 >/dev/null || apt+=(python3 python3-pip)
+  # tests/diff.rs opens the diff's HTML report in headless Chromium.
+  command -v chromium >/dev/null || apt+=(chromium)
   if ((${#apt[@]})); then
     step "installing Debian packages: ${apt[*]}"
     if [[ $(id -u) -ne 0 ]]; then

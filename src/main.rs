@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod dev_broker;
+mod diff;
 mod join;
 mod sidecar;
 mod signals;
@@ -32,7 +33,7 @@ enum Command {
     /// Parquet training rows, exactly once.
     Join(join::JoinArgs),
     /// Compare served features (Parquet) with an offline pipeline's and explain each skew.
-    Diff(NotYet),
+    Diff(diff::DiffArgs),
     /// Run the whole pipeline on this machine (model server, sidecar, traffic, joiner, diff) on
     /// the embedded broker and print what it found.
     Demo(NotYet),
@@ -91,7 +92,7 @@ fn main() -> ExitCode {
         Command::Sidecar(args) => exit(sidecar::run(args)),
         Command::ModelServer(args) => exit(sidecar::run_model_server(args)),
         Command::Join(args) => exit(join::run(args)),
-        Command::Diff(_) => not_yet("diff"),
+        Command::Diff(args) => diff::run(args),
         Command::Demo(_) => not_yet("demo"),
         Command::DevBroker(args) => report(dev_broker::run(args)),
     }

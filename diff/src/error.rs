@@ -1,0 +1,105 @@
+//! The one error type of the diff: every failure names the path, column or key it concerns, so
+//! a CI log says what to fix without a rerun.
+
+use std::path::PathBuf;
+
+/// Why a diff could not be computed. Every variant is an error of input or configuration (exit
+/// code 2 in the CLI); skew over a threshold is not an error but a [`crate::Verdict`].
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// A file or directory could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A path holds no Parquet or CSV file (directories are searched recursively).
+    #[error("{path}: no .parquet or .csv files found")]
+    NoInput {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A Parquet file could not be decoded.
+    #[error("reading Parquet {path}: {source}")]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// Arrow failed on a file (CSV parsing, a cast, a batch).
+    #[error("reading {path}: {source}")]
+    Arrow {
+        /// The file.
+        path: PathBuf,
+        /// Arrow's error.
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    /// The files of one side do not share a schema.
+    #[error(
+        "{path}: column {column} is {found} here but {expected} in the first file of that side"
+    )]
+    SchemaConflict {
+        /// The file that differs.
+        path: PathBuf,
+        /// The column.
+        column: String,
+        /// Its type in the first file.
+        expected: String,
+        /// Its type here.
+        found: String,
+    },
+    /// A key column is absent from one side.
+    #[error(
+        "key column {column} is missing from the {side} side ({path}); its columns: {available}"
+    )]
+    MissingKey {
+        /// `served` or `offline`.
+        side: &'static str,
+        /// The path of that side.
+        path: PathBuf,
+        /// The key column (after renames).
+        column: String,
+        /// The columns that side has.
+        available: String,
+    },
+    /// A key column has a type that cannot be compared with the other side's.
+    #[error(
+        "key column {column} on the {side} side is {data_type}: keys must be integers or strings"
+    )]
+    BadKeyType {
+        /// `served` or `offline`.
+        side: &'static str,
+        /// The key column.
+        column: String,
+        /// Its Arrow type.
+        data_type: String,
+    },
+    /// The options are inconsistent (no key, a rename naming no column, ...).
+    #[error("{0}")]
+    Options(String),
+    /// The thresholds file could not be read or parsed.
+    #[error("thresholds file {path}: {message}")]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with line and column from the TOML parser.
+        message: String,
+    },
+    /// The offline side has more rows than the index can address (u32 row numbers).
+    #[error("{path}: {rows} rows on the offline side; the index addresses at most 4294967295")]
+    TooManyRows {
+        /// The offline path.
+        path: PathBuf,
+        /// Its row count.
+        rows: u64,
+    },
+    /// A worker thread died; a bug, reported instead of a panic.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,237 @@
+//! Join keys: composite keys whose parts may be integers on one side and strings on the other.
+//! Each part is reduced to a canonical form (an integer, or bytes when the text is not a
+//! canonical integer), so `42` and `"42"` hash and compare equal while `"042"` does not.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array};
+use arrow_schema::DataType;
+
+use crate::DiffError;
+
+/// One key column, cast once per batch.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyCol {
+    Int(Int64Array),
+    Bytes(BinaryArray),
+}
+
+/// A key part in canonical form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part<'a> {
+    Int(i64),
+    Bytes(&'a [u8]),
+}
+
+/// Whether a column of this type can be a key part.
+pub(crate) fn key_type_ok(dt: &DataType) -> bool {
+    match dt {
+        DataType::Dictionary(_, v) => key_type_ok(v),
+        dt => {
+            dt.is_integer()
+                || matches!(
+                    dt,
+                    DataType::Utf8
+                        | DataType::LargeUtf8
+                        | DataType::Utf8View
+                        | DataType::Binary
+                        | DataType::LargeBinary
+                        | DataType::BinaryView
+                )
+        }
+    }
+}
+
+/// The key columns of a batch (or of the whole offline side).
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    cols: Vec<KeyCol>,
+}
+
+impl Keys {
+    pub(crate) fn new(
+        arrays: &[ArrayRef],
+        names: &[String],
+        side: &'static str,
+    ) -> Result<Keys, DiffError> {
+        let mut cols = Vec::with_capacity(arrays.len());
+        for (a, name) in arrays.iter().zip(names) {
+            let bad = || DiffError::BadKeyType {
+                side,
+                column: name.clone(),
+                data_type: a.data_type().to_string(),
+            };
+            if !key_type_ok(a.data_type()) {
+                return Err(bad());
+            }
+            let value_type = match a.data_type() {
+                DataType::Dictionary(_, v) => v.as_ref().clone(),
+                dt => dt.clone(),
+            };
+            let col = if value_type.is_integer() {
+                let c = arrow_cast::cast(a, &DataType::Int64).map_err(|_| bad())?;
+                KeyCol::Int(c.as_primitive::<Int64Type>().clone())
+            } else {
+                let c = arrow_cast::cast(a, &DataType::Binary)
+                    .or_else(|_| {
+                        arrow_cast::cast(a, &DataType::Utf8)
+                            .and_then(|s| arrow_cast::cast(&s, &DataType::Binary))
+                    })
+                    .map_err(|_| bad())?;
+                KeyCol::Bytes(c.as_binary::<i32>().clone())
+            };
+            cols.push(col);
+        }
+        Ok(Keys { cols })
+    }
+
+    /// The canonical part `c` of row `row`; `None` when null.
+    #[inline]
+    pub(crate) fn part(&self, c: usize, row: usize) -> Option<Part<'_>> {
+        match self.cols.get(c)? {
+            KeyCol::Int(a) => a.is_valid(row).then(|| Part::Int(a.value(row))),
+            KeyCol::Bytes(a) => {
+                if a.is_null(row) {
+                    return None;
+                }
+                let b = a.value(row);
+                Some(match canonical_int(b) {
+                    Some(v) => Part::Int(v),
+                    None => Part::Bytes(b),
+                })
+            }
+        }
+    }
+
+    /// The hash of row `row`'s key; `None` when a part is null.
+    #[inline]
+    pub(crate) fn hash(&self, row: usize) -> Option<u64> {
+        let mut h = 0x9e37_79b9_7f4a_7c15u64;
+        for c in 0..self.cols.len() {
+            match self.part(c, row)? {
+                Part::Int(v) => h = mix(mix(h, 1), v as u64),
+                Part::Bytes(b) => {
+                    h = mix(mix(h, 2), b.len() as u64);
+                    let mut chunks = b.chunks_exact(8);
+                    for ch in &mut chunks {
+                        let mut w = [0u8; 8];
+                        w.copy_from_slice(ch);
+                        h = mix(h, u64::from_le_bytes(w));
+                    }
+                    let mut w = [0u8; 8];
+                    let rest = chunks.remainder();
+                    w[..rest.len()].copy_from_slice(rest);
+                    h = mix(h, u64::from_le_bytes(w));
+                }
+            }
+        }
+        Some(fmix(h))
+    }
+
+    /// Whether row `row` here and row `orow` of `other` have equal keys.
+    #[inline]
+    pub(crate) fn eq(&self, row: usize, other: &Keys, orow: usize) -> bool {
+        (0..self.cols.len()).all(|c| {
+            let a = self.part(c, row);
+            a.is_some() && a == other.part(c, orow)
+        })
+    }
+
+    /// The key as text for examples: parts joined by `|`.
+    pub(crate) fn render(&self, row: usize) -> String {
+        let mut out = String::new();
+        for c in 0..self.cols.len() {
+            if c > 0 {
+                out.push('|');
+            }
+            match self.part(c, row) {
+                None => out.push_str("null"),
+                Some(Part::Int(v)) => out.push_str(&v.to_string()),
+                Some(Part::Bytes(b)) => out.push_str(&String::from_utf8_lossy(b)),
+            }
+        }
+        out
+    }
+}
+
+#[inline]
+fn mix(h: u64, w: u64) -> u64 {
+    (h.rotate_left(5) ^ w).wrapping_mul(0xf135_7aea_2e62_a9c5)
+}
+
+/// MurmurHash3's finalizer: the hash table reads the top and the bottom bits, the partitions
+/// the middle ones, so every bit must depend on every input bit.
+#[inline]
+fn fmix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// `Some(v)` when `b` is the canonical decimal text of `v` (no sign `+`, no leading zero).
+#[inline]
+pub(crate) fn canonical_int(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let first = *digits.first()?;
+    if !first.is_ascii_digit() || digits.len() > 19 || (first == b'0' && digits.len() > 1) {
+        return None;
+    }
+    if digits == b"0" && b.len() > 1 {
+        return None; // "-0" is not how any integer prints
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int32Array, StringArray};
+
+    use super::*;
+
+    #[test]
+    fn integers_and_their_text_are_the_same_key() {
+        let ints: ArrayRef = Arc::new(Int32Array::from(vec![Some(42), Some(-7), None]));
+        let text: ArrayRef = Arc::new(StringArray::from(vec![Some("42"), Some("-7"), Some("a")]));
+        let names = vec!["k".to_owned()];
+        let a = Keys::new(&[ints], &names, "served").unwrap();
+        let b = Keys::new(&[text], &names, "offline").unwrap();
+        assert!(a.eq(0, &b, 0));
+        assert_eq!(a.hash(0), b.hash(0));
+        assert!(a.eq(1, &b, 1));
+        assert_eq!(a.hash(2), None);
+        assert!(!a.eq(2, &b, 2));
+        assert_eq!(b.render(2), "a");
+    }
+
+    #[test]
+    fn only_canonical_text_is_an_integer() {
+        assert_eq!(canonical_int(b"0"), Some(0));
+        assert_eq!(canonical_int(b"-12"), Some(-12));
+        assert_eq!(canonical_int(b"012"), None);
+        assert_eq!(canonical_int(b"-0"), None);
+        assert_eq!(canonical_int(b"+1"), None);
+        assert_eq!(canonical_int(b"99999999999999999999"), None);
+        assert_eq!(canonical_int(b""), None);
+        assert_eq!(canonical_int(b"1a"), None);
+    }
+
+    #[test]
+    fn composite_keys_hash_by_part() {
+        let a: ArrayRef = Arc::new(StringArray::from(vec!["ab", "a"]));
+        let b: ArrayRef = Arc::new(StringArray::from(vec!["c", "bc"]));
+        let names = vec!["x".to_owned(), "y".to_owned()];
+        let k = Keys::new(&[a, b], &names, "served").unwrap();
+        assert_ne!(k.hash(0), k.hash(1));
+        assert!(!k.eq(0, &k, 1));
+    }
+
+    #[test]
+    fn floats_are_not_keys() {
+        let f: ArrayRef = Arc::new(arrow_array::Float64Array::from(vec![1.0]));
+        assert!(Keys::new(&[f], &["k".to_owned()], "served").is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! What a diff is asked to do: the two inputs, the key, column renames and the thresholds that
+//! decide the verdict (loaded from a TOML file with per-feature overrides).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::DiffError;
+
+/// Everything [`crate::run`] needs. Build it with [`DiffOptions::new`] and adjust the public
+/// fields; the CLI (`featurelog diff`) and `featurelog demo` both go through this.
+#[derive(Debug, Clone)]
+pub struct DiffOptions {
+    /// The served side: a Parquet or CSV file, or a directory searched recursively (hive
+    /// partitions `name=value/` become string columns; names starting with `.` or `_` are
+    /// skipped, as Spark and pyarrow do).
+    pub served: PathBuf,
+    /// The offline side, same forms. It is the side held in memory (columnar) and indexed.
+    pub offline: PathBuf,
+    /// Key columns, by their served-side names; a composite key when more than one.
+    pub keys: Vec<String>,
+    /// Served column name -> offline column name, for columns renamed by one pipeline.
+    pub renames: BTreeMap<String, String>,
+    /// Served-side column names to leave out of the comparison.
+    pub ignore: Vec<String>,
+    /// Thresholds and tolerances.
+    pub thresholds: Thresholds,
+    /// Worker threads for reading and comparing; `None`: the machine's available parallelism.
+    pub threads: Option<usize>,
+    /// How many mismatching value pairs to report per feature.
+    pub top_pairs: usize,
+}
+
+impl DiffOptions {
+    /// Options with default thresholds, no renames, 10 top pairs.
+    pub fn new(served: impl Into<PathBuf>, offline: impl Into<PathBuf>, keys: Vec<String>) -> Self {
+        DiffOptions {
+            served: served.into(),
+            offline: offline.into(),
+            keys,
+            renames: BTreeMap::new(),
+            ignore: Vec::new(),
+            thresholds: Thresholds::default(),
+            threads: None,
+            top_pairs: 10,
+        }
+    }
+}
+
+/// The thresholds file (`diff/thresholds.example.toml`, docs/DIFF.md). A metric over its limit
+/// makes the verdict `skew` (exit 1). Unset limits are not checked.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct Thresholds {
+    /// Limits on key coverage.
+    pub coverage: CoverageLimits,
+    /// What schema differences fail the diff.
+    pub schema: SchemaLimits,
+    /// Limits and tolerances of every feature without an override.
+    pub features: FeatureLimits,
+    /// Per-feature overrides (by served name); unset fields fall back to `features`.
+    #[serde(rename = "feature")]
+    pub overrides: BTreeMap<String, FeatureLimits>,
+}
+
+/// Coverage limits, as fractions (0.01 = 1%) of the served rows (served-only) or the offline
+/// rows (offline-only), and counts for keys.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct CoverageLimits {
+    /// Served rows whose key is not offline, as a fraction of served rows.
+    pub max_served_only_rate: Option<f64>,
+    /// Offline rows whose key was not served, as a fraction of offline rows.
+    pub max_offline_only_rate: Option<f64>,
+    /// Extra rows with an already-seen key, per side.
+    pub max_duplicate_keys: Option<u64>,
+    /// Rows with a null key part, per side.
+    pub max_null_keys: Option<u64>,
+}
+
+impl Default for CoverageLimits {
+    fn default() -> Self {
+        CoverageLimits {
+            max_served_only_rate: Some(0.01),
+            max_offline_only_rate: Some(0.01),
+            max_duplicate_keys: Some(0),
+            max_null_keys: Some(0),
+        }
+    }
+}
+
+/// Which schema differences count as skew.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct SchemaLimits {
+    /// A served column with no offline counterpart fails the diff.
+    pub fail_on_missing: bool,
+    /// An offline column that was not served fails the diff.
+    pub fail_on_extra: bool,
+    /// Columns of different types fail the diff (their values are still compared).
+    pub fail_on_type_difference: bool,
+}
+
+impl Default for SchemaLimits {
+    fn default() -> Self {
+        SchemaLimits {
+            fail_on_missing: true,
+            fail_on_extra: false,
+            fail_on_type_difference: false,
+        }
+    }
+}
+
+/// Per-feature tolerances and limits. Every field is optional so that an override can set one
+/// and inherit the rest.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct FeatureLimits {
+    /// Numbers within this absolute difference match (default 0).
+    pub abs_tolerance: Option<f64>,
+    /// Numbers within this difference relative to the larger magnitude match (default 1e-6).
+    pub rel_tolerance: Option<f64>,
+    /// Largest allowed mismatch rate over keys on both sides (default 0.001).
+    pub max_mismatch_rate: Option<f64>,
+    /// Largest allowed population stability index (default 0.25).
+    pub max_psi: Option<f64>,
+    /// Largest allowed Jensen-Shannon distance, base 2 (default: unchecked).
+    pub max_js: Option<f64>,
+    /// Largest allowed Kolmogorov-Smirnov statistic, numbers only (default: unchecked).
+    pub max_ks: Option<f64>,
+    /// Leave this feature out of the verdict (it is still reported).
+    pub ignore: Option<bool>,
+}
+
+/// The limits of one feature after its override is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EffectiveLimits {
+    /// Absolute tolerance.
+    pub abs_tolerance: f64,
+    /// Relative tolerance.
+    pub rel_tolerance: f64,
+    /// Mismatch rate limit.
+    pub max_mismatch_rate: Option<f64>,
+    /// PSI limit.
+    pub max_psi: Option<f64>,
+    /// Jensen-Shannon limit.
+    pub max_js: Option<f64>,
+    /// KS limit.
+    pub max_ks: Option<f64>,
+    /// Excluded from the verdict.
+    pub ignore: bool,
+}
+
+impl Thresholds {
+    /// Reads a thresholds file (TOML).
+    pub fn load(path: &Path) -> Result<Self, DiffError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DiffError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| DiffError::Config {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The limits of feature `name` (served name): its override over the defaults.
+    pub fn for_feature(&self, name: &str) -> EffectiveLimits {
+        let d = &self.features;
+        let o = self.overrides.get(name);
+        let pick = |f: fn(&FeatureLimits) -> Option<f64>| o.and_then(f).or_else(|| f(d));
+        EffectiveLimits {
+            abs_tolerance: pick(|l| l.abs_tolerance).unwrap_or(0.0),
+            rel_tolerance: pick(|l| l.rel_tolerance).unwrap_or(1e-6),
+            max_mismatch_rate: pick(|l| l.max_mismatch_rate).or(Some(0.001)),
+            max_psi: pick(|l| l.max_psi).or(Some(0.25)),
+            max_js: pick(|l| l.max_js),
+            max_ks: pick(|l| l.max_ks),
+            ignore: o.and_then(|l| l.ignore).or(d.ignore).unwrap_or(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_inherit_the_defaults() {
+        let t: Thresholds = toml::from_str(
+            r#"
+            [features]
+            rel-tolerance = 1e-4
+            max-mismatch-rate = 0.01
+            [feature.price]
+            abs-tolerance = 0.5
+            "#,
+        )
+        .unwrap();
+        let p = t.for_feature("price");
+        assert_eq!(p.abs_tolerance, 0.5);
+        assert_eq!(p.rel_tolerance, 1e-4);
+        assert_eq!(p.max_mismatch_rate, Some(0.01));
+        assert_eq!(t.for_feature("other").abs_tolerance, 0.0);
+        assert_eq!(t.coverage.max_duplicate_keys, Some(0));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        assert!(toml::from_str::<Thresholds>("[features]\nmax-mismatch = 1").is_err());
+        assert!(toml::from_str::<Thresholds>("typo = 1").is_err());
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("thresholds.example.toml");
+        let t = Thresholds::load(&path).unwrap();
+        assert!(!t.overrides.is_empty());
+    }
+}

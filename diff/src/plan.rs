@@ -1,0 +1,208 @@
+//! Matching the two sides' schemas: which columns are keys, which are compared as features (and
+//! in which domain), and the schema section of the report (missing, extra, type differences,
+//! names that differ only by case or separator).
+
+use std::collections::BTreeSet;
+
+use arrow_schema::Schema;
+
+use crate::input::Input;
+use crate::keys::key_type_ok;
+use crate::report::{NearName, Rename, SchemaReport, TypeDifference};
+use crate::values::{Domain, domain_of, logical_type};
+use crate::{DiffError, DiffOptions};
+
+/// Columns the joiner writes next to the features (docs/JOINER.md): labels and serving
+/// metadata that an offline pipeline rarely has. Like hive partition columns they are compared
+/// when both sides have them and not reported as missing or extra otherwise.
+pub const CONTEXT_COLUMNS: [&str; 8] = [
+    "model_name",
+    "model_version",
+    "served_at",
+    "impression_time",
+    "impressed",
+    "clicks",
+    "conversions",
+    "labels",
+];
+
+/// One compared feature.
+#[derive(Debug, Clone)]
+pub(crate) struct Feature {
+    pub(crate) name: String,
+    pub(crate) offline_name: String,
+    pub(crate) served_type: String,
+    pub(crate) offline_type: String,
+    pub(crate) domain: Domain,
+}
+
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) served_keys: Vec<String>,
+    pub(crate) offline_keys: Vec<String>,
+    pub(crate) features: Vec<Feature>,
+    pub(crate) schema: SchemaReport,
+}
+
+fn names(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Lowercase with `-`, `.` and spaces as `_`: names equal under this differ only by case or
+/// separator.
+fn loose(name: &str) -> String {
+    name.to_lowercase().replace(['-', '.', ' '], "_")
+}
+
+pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Result<Plan, DiffError> {
+    if opts.keys.is_empty() || opts.keys.iter().any(|k| k.trim().is_empty()) {
+        return Err(DiffError::Options(
+            "--key needs at least one column name (e.g. --key request_id,item_id)".into(),
+        ));
+    }
+    let (ss, os) = (&served.schema, &offline.schema);
+    for (s, o) in &opts.renames {
+        if ss.index_of(s).is_err() {
+            return Err(DiffError::Options(format!(
+                "rename {s}={o}: the served side has no column {s} (it has: {})",
+                names(ss)
+            )));
+        }
+        if os.index_of(o).is_err() {
+            return Err(DiffError::Options(format!(
+                "rename {s}={o}: the offline side has no column {o} (it has: {})",
+                names(os)
+            )));
+        }
+    }
+    let offline_name = |s: &str| opts.renames.get(s).cloned().unwrap_or_else(|| s.to_owned());
+    let served_keys: Vec<String> = opts.keys.iter().map(|k| k.trim().to_owned()).collect();
+    let offline_keys: Vec<String> = served_keys.iter().map(|k| offline_name(k)).collect();
+    for (side, input, keys) in [
+        ("served", served, &served_keys),
+        ("offline", offline, &offline_keys),
+    ] {
+        for k in keys {
+            let field = input
+                .schema
+                .field_with_name(k)
+                .map_err(|_| DiffError::MissingKey {
+                    side,
+                    path: input.root.clone(),
+                    column: k.clone(),
+                    available: names(&input.schema),
+                })?;
+            if !key_type_ok(field.data_type()) {
+                return Err(DiffError::BadKeyType {
+                    side,
+                    column: k.clone(),
+                    data_type: field.data_type().to_string(),
+                });
+            }
+        }
+    }
+
+    let context = |name: &str, input: &Input| {
+        CONTEXT_COLUMNS.contains(&name) || input.partition_columns.iter().any(|p| p == name)
+    };
+    let mut schema = SchemaReport::default();
+    let mut features = Vec::new();
+    let mut used_offline: BTreeSet<String> = offline_keys.iter().cloned().collect();
+    for field in ss.fields() {
+        let name = field.name();
+        if served_keys.contains(name) {
+            continue;
+        }
+        let oname = offline_name(name);
+        if opts.ignore.contains(name) {
+            schema.ignored.push(name.clone());
+            used_offline.insert(oname);
+            continue;
+        }
+        match os.field_with_name(&oname) {
+            Ok(ofield) => {
+                used_offline.insert(oname.clone());
+                if &oname != name {
+                    schema.renamed.push(Rename {
+                        served: name.clone(),
+                        offline: oname.clone(),
+                    });
+                }
+                let domain = domain_of(field.data_type(), ofield.data_type());
+                let (st, ot) = (
+                    field.data_type().to_string(),
+                    ofield.data_type().to_string(),
+                );
+                if logical_type(field.data_type()) != logical_type(ofield.data_type()) {
+                    schema.type_differences.push(TypeDifference {
+                        column: name.clone(),
+                        served_type: st.clone(),
+                        offline_type: ot.clone(),
+                        compared_as: domain,
+                    });
+                }
+                schema.compared.push(name.clone());
+                features.push(Feature {
+                    name: name.clone(),
+                    offline_name: oname,
+                    served_type: st,
+                    offline_type: ot,
+                    domain,
+                });
+            }
+            Err(_) if context(name, served) => schema.ignored.push(name.clone()),
+            Err(_) => schema.missing_in_offline.push(name.clone()),
+        }
+    }
+    for field in os.fields() {
+        let name = field.name();
+        if used_offline.contains(name) {
+            continue;
+        }
+        if context(name, offline) {
+            schema.ignored.push(name.clone());
+        } else {
+            schema.extra_in_offline.push(name.clone());
+        }
+    }
+    for m in &schema.missing_in_offline {
+        for e in &schema.extra_in_offline {
+            let differs_by = if m.to_lowercase() == e.to_lowercase() {
+                "case"
+            } else if loose(m) == loose(e) {
+                "separator"
+            } else {
+                continue;
+            };
+            schema.near_names.push(NearName {
+                served: m.clone(),
+                offline: e.clone(),
+                differs_by: differs_by.into(),
+            });
+        }
+    }
+    schema.ignored.sort();
+    schema.ignored.dedup();
+    Ok(Plan {
+        served_keys,
+        offline_keys,
+        features,
+        schema,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loose_names() {
+        assert_eq!(loose("User-Locale"), loose("user_locale"));
+        assert_ne!(loose("locale"), loose("locales"));
+    }
+}
