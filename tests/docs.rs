@@ -1,0 +1,481 @@
+//! Keeps the README's reference sections honest: every configuration key (of the sample configs
+//! and of the config structs themselves), every metric the services register and every reason
+//! label value the code counts must be documented there, with the right environment variable
+//! and the right metric type; and the reference lists nothing that does not exist.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(root().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// The text under the heading that starts with `heading` (e.g. "## Metrics reference"), up to
+/// the next heading of the same or a higher level.
+fn section<'a>(text: &'a str, heading: &str) -> &'a str {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let start = text
+        .lines()
+        .scan(0usize, |offset, line| {
+            let at = *offset;
+            *offset += line.len() + 1;
+            Some((at, line))
+        })
+        .find(|(_, line)| line.starts_with(heading))
+        .map(|(at, _)| at)
+        .unwrap_or_else(|| panic!("README has no heading starting with {heading:?}"));
+    let body = &text[start..];
+    let mut end = body.len();
+    let mut offset = 0;
+    for (i, line) in body.lines().enumerate() {
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if i > 0 && hashes > 0 && hashes <= level && line[hashes..].starts_with(' ') {
+            end = offset;
+            break;
+        }
+        offset += line.len() + 1;
+    }
+    &body[..end]
+}
+
+/// The cells of every table row in `text`, trimmed, header and separator rows included.
+fn table_rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with('|'))
+        .map(|l| {
+            let l = l.trim().trim_start_matches('|').trim_end_matches('|');
+            l.split('|').map(|c| c.trim().to_owned()).collect()
+        })
+        .collect()
+}
+
+/// The rows of the tables in `text` by their first cell with its backticks removed.
+fn rows_by_key(text: &str) -> BTreeMap<String, Vec<String>> {
+    table_rows(text)
+        .into_iter()
+        .filter(|cells| cells[0].starts_with('`'))
+        .map(|cells| (cells[0].trim_matches('`').to_owned(), cells))
+        .collect()
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' || c == '.'
+}
+
+/// Whether a commented-out line is a setting (`# key = value`) or a section header
+/// (`# [section]`, `# [[array]]`), rather than prose.
+fn is_commented_setting(rest: &str) -> bool {
+    let key_len = rest.chars().take_while(|c| is_key_char(*c)).count();
+    if key_len > 0 {
+        return rest[key_len..].starts_with(" = ");
+    }
+    let inner = rest.trim_start_matches('[');
+    let name_len = inner.chars().take_while(|c| is_key_char(*c)).count();
+    let after = inner[name_len..].trim_start_matches(']').trim();
+    rest.starts_with('[')
+        && name_len > 0
+        && inner[name_len..].starts_with(']')
+        && (after.is_empty() || after.starts_with('#'))
+}
+
+/// A sample config with its commented-out settings and sections switched on, so that the
+/// optional keys it shows are checked too.
+fn sample_with_comments_on(relative: &str) -> toml::Table {
+    let text: String = read(relative)
+        .lines()
+        .map(|line| {
+            let rest = line.trim_start_matches('#').trim_start();
+            if line.starts_with('#') && is_commented_setting(rest) {
+                rest.to_owned()
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    toml::from_str(&text).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// Maps whose keys are free-form (librdkafka's and object_store's own setting names): the map
+/// is a documented key, its entries are not.
+const FREE_FORM: &[&str] = &["kafka.properties", "output.object-store.options"];
+
+fn toml_keys(table: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(inner) if !FREE_FORM.contains(&path.as_str()) => {
+                toml_keys(inner, &path, out)
+            }
+            toml::Value::Array(items) if items.iter().all(toml::Value::is_table) => {
+                // An array of tables ([[model]]): its entries' keys, without the array's name.
+                for item in items {
+                    if let toml::Value::Table(inner) = item {
+                        toml_keys(inner, prefix, out);
+                    }
+                }
+            }
+            _ => {
+                out.insert(path);
+            }
+        }
+    }
+}
+
+fn json_keys(value: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    let serde_json::Value::Object(map) = value else {
+        return;
+    };
+    for (key, value) in map {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        if value.is_object() && !FREE_FORM.contains(&path.as_str()) {
+            json_keys(value, &path, out);
+        } else {
+            out.insert(path);
+        }
+    }
+}
+
+fn env_name(prefix: &str, key: &str) -> String {
+    let parts: Vec<String> = key
+        .split('.')
+        .map(|p| p.to_ascii_uppercase().replace('-', "_"))
+        .collect();
+    format!("{prefix}{}", parts.join("__"))
+}
+
+/// Checks one config's reference table against `keys`: a row per key, with its environment
+/// variable when `env_prefix` is given, and no row for a key that does not exist.
+fn check_config_table(readme: &str, heading: &str, keys: &BTreeSet<String>, env_prefix: &str) {
+    let rows = rows_by_key(section(readme, heading));
+    let mut problems = Vec::new();
+    for key in keys {
+        match rows.get(key) {
+            None => problems.push(format!("`{key}` has no row")),
+            // Free-form maps: their entries' names decide whether the environment can set them.
+            Some(cells) if !env_prefix.is_empty() && !FREE_FORM.contains(&key.as_str()) => {
+                let env = format!("`{}`", env_name(env_prefix, key));
+                if !cells.iter().any(|c| c.contains(&env)) {
+                    problems.push(format!("`{key}`: its row does not name {env}"));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    for key in rows.keys() {
+        if !keys.contains(key) {
+            problems.push(format!("`{key}` is documented but is no field"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "README {heading}:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn sidecar_config_reference_covers_every_key() {
+    let readme = read("README.md");
+    let mut keys = BTreeSet::new();
+    toml_keys(
+        &sample_with_comments_on("services/sidecar/sidecar.example.toml"),
+        "",
+        &mut keys,
+    );
+    // Every field of the struct, whether the sample shows it or not.
+    let minimal = "upstream = \"http://127.0.0.1:9001\"\nallow-list = \"a.toml\"\n\
+                   [kafka]\nbootstrap-servers = \"k:9092\"";
+    let config = featurelog_sidecar::SidecarConfig::from_toml_with_env(
+        Path::new("sidecar.toml"),
+        minimal,
+        Vec::new(),
+    )
+    .unwrap();
+    let mut fields = BTreeSet::new();
+    json_keys(&serde_json::to_value(&config).unwrap(), "", &mut fields);
+    assert!(
+        keys.is_subset(&fields),
+        "the sample has keys the struct lacks: {:?}",
+        keys.difference(&fields).collect::<Vec<_>>()
+    );
+    check_config_table(
+        &readme,
+        "### Sidecar config",
+        &fields,
+        featurelog_sidecar::config::ENV_PREFIX,
+    );
+}
+
+/// The kebab-case names of the `pub` fields of `struct name` in a Rust source file.
+fn struct_fields(source: &str, name: &str) -> Vec<String> {
+    let start = source
+        .find(&format!("pub struct {name} {{"))
+        .unwrap_or_else(|| panic!("no struct {name}"));
+    let body = &source[start..];
+    let body = &body[..body.find("\n}").unwrap()];
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub "))
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n.replace('_', "-")))
+        .collect()
+}
+
+#[test]
+fn allow_list_reference_covers_every_key() {
+    let readme = read("README.md");
+    let mut keys = BTreeSet::new();
+    toml_keys(
+        &sample_with_comments_on("services/sidecar/allow-list.example.toml"),
+        "",
+        &mut keys,
+    );
+    let source = read("services/sidecar/src/allowlist.rs");
+    let mut fields: BTreeSet<String> = struct_fields(&source, "ModelRule").into_iter().collect();
+    fields.remove("top-k");
+    for f in struct_fields(&source, "TopK") {
+        fields.insert(format!("top-k.{f}"));
+    }
+    assert_eq!(keys, fields, "the sample allow list shows every field");
+    check_config_table(&readme, "### Allow list", &fields, "");
+}
+
+#[test]
+fn joiner_config_reference_covers_every_key() {
+    let readme = read("README.md");
+    let mut keys = BTreeSet::new();
+    toml_keys(
+        &sample_with_comments_on("joiner/join.example.toml"),
+        "",
+        &mut keys,
+    );
+    // An s3:// dataset, so that the object-store section is there to be listed.
+    let minimal = "[kafka]\nbootstrap-servers = \"k:9092\"\n[input]\nevents-topic = \"e\"\n\
+                   [output]\npath = \"s3://bucket/prefix\"\n[output.object-store]\n\
+                   region = \"us-east-1\"";
+    let config = featurelog_joiner::config::JoinerConfig::from_toml_with_env(
+        Path::new("join.toml"),
+        minimal,
+        Vec::new(),
+    )
+    .unwrap();
+    let mut fields = BTreeSet::new();
+    json_keys(&serde_json::to_value(&config).unwrap(), "", &mut fields);
+    assert!(
+        keys.is_subset(&fields),
+        "the sample has keys the struct lacks: {:?}",
+        keys.difference(&fields).collect::<Vec<_>>()
+    );
+    check_config_table(
+        &readme,
+        "### Joiner config",
+        &fields,
+        featurelog_joiner::config::ENV_PREFIX,
+    );
+}
+
+/// (name as exposed, type) of every metric family in a text exposition: counters get `_total`.
+fn exposed(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (name, kind) = l.split_once(' ').unwrap();
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            (name, kind.to_owned())
+        })
+        .collect()
+}
+
+/// The names given to `register(` calls in a source file (each call's first string literal),
+/// prefixed: the registry's own list, to tell whether every family was made visible below.
+fn registered(source: &str, prefix: &str) -> BTreeSet<String> {
+    source
+        .split(".register(")
+        .skip(1)
+        .map(|rest| {
+            let rest = &rest[rest.find('"').unwrap() + 1..];
+            format!("{prefix}_{}", &rest[..rest.find('"').unwrap()])
+        })
+        .collect()
+}
+
+fn strip_total(name: &str) -> &str {
+    name.strip_suffix("_total").unwrap_or(name)
+}
+
+/// Checks one metrics table: every exposed metric has a row with its type, and every row is a
+/// metric that exists.
+fn check_metrics_table(readme: &str, heading: &str, exposed: &BTreeMap<String, String>) {
+    let rows = rows_by_key(section(readme, heading));
+    let mut problems = Vec::new();
+    for (name, kind) in exposed {
+        match rows.get(name) {
+            None => problems.push(format!("`{name}` has no row")),
+            Some(cells) if cells.get(1).map(String::as_str) != Some(kind.as_str()) => problems
+                .push(format!(
+                    "`{name}`: type should be {kind}, row says {cells:?}"
+                )),
+            Some(_) => {}
+        }
+    }
+    for name in rows.keys() {
+        if !exposed.contains_key(name) {
+            problems.push(format!("`{name}` is documented but not exported"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "README {heading}:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+/// Every string literal in the body of the function whose signature starts with `signature`.
+fn literals_in_fn(source: &str, signature: &str) -> Vec<String> {
+    let start = source
+        .find(signature)
+        .unwrap_or_else(|| panic!("no {signature}"));
+    let body = &source[start..];
+    let indent = source[..start].len() - source[..start].trim_end_matches(' ').len();
+    let end = body.find(&format!("\n{}}}\n", " ".repeat(indent))).unwrap();
+    body[..end]
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The string literals passed as the first argument to `call(` in a source file.
+fn literal_args(source: &str, call: &str) -> Vec<String> {
+    source
+        .split(&format!("{call}(\""))
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        .collect()
+}
+
+fn check_documented(readme_part: &str, what: &str, values: impl IntoIterator<Item = String>) {
+    let missing: BTreeSet<String> = values
+        .into_iter()
+        .filter(|v| !readme_part.contains(&format!("`{v}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README does not document these {what}: {missing:?}"
+    );
+}
+
+#[test]
+fn sidecar_metrics_reference_covers_every_metric_and_reason() {
+    use featurelog_sidecar::metrics::{CallLabels, Metrics};
+    let readme = read("README.md");
+    let part = section(&readme, "### Sidecar metrics");
+    let source = read("services/sidecar/src/metrics.rs");
+
+    let m = Metrics::new();
+    // Families show up in the exposition once they have a child.
+    m.calls
+        .get_or_create(&CallLabels {
+            method: "model_infer",
+            outcome: "ok",
+        })
+        .inc();
+    m.drop_call("queue_full");
+    m.skip_call("not_sampled");
+    m.allow_list_reloaded("sha256:0", true);
+    let exposed = exposed(&m.render());
+    let names: BTreeSet<String> = exposed.keys().map(|n| strip_total(n).to_owned()).collect();
+    assert_eq!(
+        names,
+        registered(&source, "featurelog_sidecar"),
+        "a metric family is registered that this test does not make visible: touch it above"
+    );
+    check_metrics_table(&readme, "### Sidecar metrics", &exposed);
+
+    let mut reasons = Vec::new();
+    for entry in std::fs::read_dir(root().join("services/sidecar/src")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        reasons.extend(literal_args(&text, "drop_call"));
+        reasons.extend(literal_args(&text, "skip_call"));
+    }
+    // Reasons computed from errors: the sidecar's extraction and the tensor decoder's.
+    reasons.extend(literals_in_fn(
+        &read("services/sidecar/src/extract.rs"),
+        "pub fn reason(",
+    ));
+    reasons.extend(literals_in_fn(
+        &read("schemas/src/tensor.rs"),
+        "pub fn reason(",
+    ));
+    assert!(reasons.len() > 10, "{reasons:?}");
+    check_documented(part, "drop/skip reasons", reasons);
+    check_documented(
+        part,
+        "call labels",
+        [
+            "model_infer",
+            "other",
+            "ok",
+            "error",
+            "upstream_unavailable",
+            "applied",
+            "refused",
+        ]
+        .map(String::from),
+    );
+}
+
+#[test]
+fn joiner_metrics_reference_covers_every_metric_and_reason() {
+    use featurelog_joiner::metrics::{JoinMetrics, Label};
+    let readme = read("README.md");
+    let part = section(&readme, "### Joiner metrics");
+    let source = read("joiner/src/metrics.rs");
+
+    let m = JoinMetrics::new();
+    m.outcomes.get_or_create(&Label { name: "joined" }).inc();
+    m.dead_letters
+        .get_or_create(&Label { name: "bad_json" })
+        .inc();
+    let exposed = exposed(&m.render());
+    let names: BTreeSet<String> = exposed.keys().map(|n| strip_total(n).to_owned()).collect();
+    assert_eq!(
+        names,
+        registered(&source, "featurelog_join"),
+        "a metric family is registered that this test does not make visible: touch it above"
+    );
+    check_metrics_table(&readme, "### Joiner metrics", &exposed);
+
+    let outcomes = literals_in_fn(&source, "pub fn report(");
+    assert!(outcomes.len() >= 9, "{outcomes:?}");
+    check_documented(part, "outcomes", outcomes);
+    let run = read("joiner/src/run.rs");
+    let mut reasons: Vec<String> = run
+        .split("&message, \"")
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        .collect();
+    reasons.extend(literals_in_fn(
+        &read("joiner/src/event.rs"),
+        "pub fn reason(",
+    ));
+    assert!(reasons.len() >= 5, "{reasons:?}");
+    check_documented(part, "dead-letter reasons", reasons);
+}
