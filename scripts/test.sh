@@ -2,10 +2,11 @@
 # The one test command, for a fresh machine as for a developer's:
 #   1. installs what the build and the tests need and the machine lacks (Debian packages),
 #   2. checks formatting (cargo fmt) and lints (cargo clippy -D warnings),
-#   3. starts a real single-node Kafka broker with scripts/kafka.sh,
-#   4. runs every test of the workspace against it (FEATURELOG_KAFKA),
-#   5. stops the broker, even when the tests fail, and exits with the tests' status.
-# A broker that was already running before this script is reused and left running.
+#   3. starts a real single-node Kafka broker with scripts/kafka.sh and a real S3-compatible
+#      server (MinIO, built once with go install) with scripts/s3.sh,
+#   4. runs every test of the workspace against them (FEATURELOG_KAFKA, FEATURELOG_S3),
+#   5. stops both, even when the tests fail, and exits with the tests' status.
+# A broker or server that was already running before this script is reused and left running.
 #
 # CARGO_TARGET_DIR defaults to ~/.cache/featurelog/target, outside the clone, so repeated runs
 # (and CI on the same machine) reuse earlier builds; nothing depends on it existing.
@@ -16,6 +17,7 @@ cd "$root"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/featurelog/target}
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 port=${FEATURELOG_KAFKA_PORT:-9092}
+s3_port=${FEATURELOG_S3_PORT:-9000}
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
@@ -30,6 +32,8 @@ install_missing() {
   command -v java >/dev/null || apt+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || apt+=(maven)
   command -v python3 >/dev/null || apt+=(python3 python3-pip)
+  command -v curl >/dev/null || apt+=(curl)
+  command -v go >/dev/null || apt+=(golang-go)
   # tests/diff.rs opens the diff's HTML report in headless Chromium.
   command -v chromium >/dev/null || apt+=(chromium)
   if ((${#apt[@]})); then
@@ -51,6 +55,12 @@ install_missing() {
 
 install_missing
 
+# Building MinIO takes minutes on a fresh machine (once; cached in ~/.cache/featurelog/s3): it
+# runs beside fmt, clippy and the Rust build instead of after them.
+s3_fetch_log=$(mktemp)
+scripts/s3.sh fetch >"$s3_fetch_log" 2>&1 &
+s3_fetch=$!
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -61,13 +71,18 @@ step "building the tests"
 cargo test --workspace --locked --no-run
 
 started_kafka=false
-stop_kafka() {
+started_s3=false
+stop_servers() {
   if $started_kafka; then
     step "stopping Kafka"
     scripts/kafka.sh stop || true
   fi
+  if $started_s3; then
+    step "stopping the S3 server"
+    FEATURELOG_S3_PORT=$s3_port scripts/s3.sh stop || true
+  fi
 }
-trap stop_kafka EXIT
+trap stop_servers EXIT
 
 if ! FEATURELOG_KAFKA_PORT=$port scripts/kafka.sh status 2>/dev/null; then
   step "starting Kafka"
@@ -76,7 +91,19 @@ if ! FEATURELOG_KAFKA_PORT=$port scripts/kafka.sh status 2>/dev/null; then
 fi
 export FEATURELOG_KAFKA=127.0.0.1:$port
 
-step "cargo test (FEATURELOG_KAFKA=$FEATURELOG_KAFKA)"
+if ! wait "$s3_fetch"; then
+  cat "$s3_fetch_log" >&2
+  exit 1
+fi
+if ! FEATURELOG_S3_PORT=$s3_port scripts/s3.sh status 2>/dev/null; then
+  step "starting the S3 server"
+  FEATURELOG_S3_PORT=$s3_port scripts/s3.sh start
+  started_s3=true
+fi
+# testkit's defaults for the bucket and credentials are scripts/s3.sh's.
+export FEATURELOG_S3=http://127.0.0.1:$s3_port
+
+step "cargo test (FEATURELOG_KAFKA=$FEATURELOG_KAFKA FEATURELOG_S3=$FEATURELOG_S3)"
 status=0
 cargo test --workspace --locked || status=$?
 exit "$status"

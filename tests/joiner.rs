@@ -1,7 +1,8 @@
 //! The joiner end to end against the real broker: requests through the sidecar, events from an
 //! app's own client (JSON, keyed and partitioned its own way), `featurelog join` processes, and
 //! the Parquet dataset read back. Also: SIGKILL and restart, and two processes in one group,
-//! each compared with an uninterrupted single process.
+//! each compared with an uninterrupted single process. The same on S3-compatible storage
+//! (`FEATURELOG_S3`, `scripts/s3.sh`): rows exactly once, read back by pyarrow's S3 client.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::BTreeMap;
@@ -15,7 +16,7 @@ use featurelog_kafka::KafkaConfig;
 use featurelog_testkit::serving::{
     client, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
 };
-use featurelog_testkit::{TestKafka, kafka};
+use featurelog_testkit::{TestKafka, TestS3, kafka, s3};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -92,9 +93,14 @@ struct Joiner(Child);
 
 impl Joiner {
     fn start(config: &Path) -> Self {
+        Self::start_with_env(config, &[])
+    }
+
+    fn start_with_env(config: &Path, env: &[(&str, String)]) -> Self {
         Joiner(
             Command::new(env!("CARGO_BIN_EXE_featurelog"))
                 .args(["join", "--config", config.to_str().unwrap()])
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .env("FEATURELOG_LOG", "warn")
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -143,36 +149,56 @@ fn read_dataset(root: &Path) -> Dataset {
                 dirs.push(e.path());
                 continue;
             }
-            let Ok(file) = std::fs::File::open(e.path()) else {
+            let Ok(bytes) = std::fs::read(e.path()) else {
                 continue;
             };
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-                .unwrap()
-                .build()
-                .unwrap();
-            for batch in reader {
-                let batch = batch.unwrap();
-                let col = |n: &str| batch.column_by_name(n).unwrap().clone();
-                let (req, item, clicks) = (col("request_id"), col("item_id"), col("clicks"));
-                let (price, locale) = (col("item_price"), col("user_locale"));
-                for i in 0..batch.num_rows() {
-                    out.entry((
-                        req.as_string::<i32>().value(i).to_owned(),
-                        item.as_string::<i32>().value(i).to_owned(),
-                    ))
-                    .or_default()
-                    .push((
-                        clicks
-                            .as_primitive::<arrow_array::types::UInt32Type>()
-                            .value(i),
-                        price.as_primitive::<Float32Type>().value(i).to_bits(),
-                        locale.as_string::<i32>().value(i).to_owned(),
-                    ));
-                }
-            }
+            add_rows(bytes.into(), &mut out);
         }
     }
     out
+}
+
+/// The visible objects of a dataset on S3, as a reader sees them: every name of the key that
+/// starts with `_` or `.` hides it.
+async fn read_s3_dataset(s3: &TestS3, prefix: &str) -> Dataset {
+    let mut out = Dataset::new();
+    for (key, bytes) in s3.objects(prefix).await {
+        if key
+            .split('/')
+            .any(|p| p.starts_with('_') || p.starts_with('.'))
+        {
+            continue;
+        }
+        add_rows(bytes, &mut out);
+    }
+    out
+}
+
+fn add_rows(bytes: bytes::Bytes, out: &mut Dataset) {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .unwrap()
+        .build()
+        .unwrap();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let col = |n: &str| batch.column_by_name(n).unwrap().clone();
+        let (req, item, clicks) = (col("request_id"), col("item_id"), col("clicks"));
+        let (price, locale) = (col("item_price"), col("user_locale"));
+        for i in 0..batch.num_rows() {
+            out.entry((
+                req.as_string::<i32>().value(i).to_owned(),
+                item.as_string::<i32>().value(i).to_owned(),
+            ))
+            .or_default()
+            .push((
+                clicks
+                    .as_primitive::<arrow_array::types::UInt32Type>()
+                    .value(i),
+                price.as_primitive::<Float32Type>().value(i).to_bits(),
+                locale.as_string::<i32>().value(i).to_owned(),
+            ));
+        }
+    }
 }
 
 fn row_count(d: &Dataset) -> usize {
@@ -180,9 +206,21 @@ fn row_count(d: &Dataset) -> usize {
 }
 
 async fn wait_for_rows(root: &Path, expected: usize, what: &str) -> Dataset {
+    wait_until_rows(expected, what, || {
+        let d = read_dataset(root);
+        async move { d }
+    })
+    .await
+}
+
+async fn wait_until_rows<F: std::future::Future<Output = Dataset>>(
+    expected: usize,
+    what: &str,
+    mut read: impl FnMut() -> F,
+) -> Dataset {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let d = read_dataset(root);
+        let d = read().await;
         if row_count(&d) >= expected {
             return d;
         }
@@ -467,4 +505,134 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
         featurelog_testkit::eventually(Duration::from_secs(60), || marker.exists()).await;
     assert!(complete, "{} was not written", marker.display());
     assert!(joiner.terminate().success());
+}
+
+/// A joiner config whose output is a fresh prefix of the test bucket; the joiner process gets
+/// its endpoint and credentials from the environment, as from a deployment's secrets.
+fn s3_joiner_config(s: &Setup, s3: &TestS3, name: &str, prefix: &str) -> PathBuf {
+    let config = joiner_config(
+        s.dir.path(),
+        name,
+        &s.kafka.config,
+        &s.kafka.unique_group(name),
+        &s.features,
+        &s.events,
+        &s.dead_letter,
+        Path::new(&s3.url(prefix)),
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[metrics]",
+        "max-file-rows = 7\n[output.object-store]\nregion = \"us-east-1\"\n[metrics]",
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_the_joiner_writes_exactly_the_expected_rows_and_pyarrow_reads_them() {
+    let name = "on_s3_the_joiner_writes_exactly_the_expected_rows_and_pyarrow_reads_them";
+    let (Some(kafka), Some(s3)) = (kafka(name), s3(name)) else {
+        return;
+    };
+    let s = setup(kafka, 10, 1).await;
+    let prefix = s3.unique_prefix("join");
+    let config = s3_joiner_config(&s, &s3, "s3-single", &prefix);
+    let joiner = Joiner::start_with_env(&config, &s3.aws_env());
+    let d = wait_until_rows(s.expected.len(), "joiner on S3", || {
+        read_s3_dataset(&s3, &prefix)
+    })
+    .await;
+    check_exact(&d, &s.expected, "joiner on S3");
+    let (_, price, locale) = &d[&("req-3".to_string(), "31002".to_string())][0];
+    assert_eq!(f32::from_bits(*price), 2.0 * 1.25 + 3.0);
+    assert_eq!(locale, "jp_JA");
+    assert!(
+        joiner.terminate().success(),
+        "the joiner exits 0 on SIGTERM"
+    );
+
+    let objects = s3.objects(&prefix).await;
+    let keys: Vec<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("_featurelog/checkpoints/")),
+        "checkpoints are in the bucket: {keys:?}"
+    );
+    assert!(
+        !keys.iter().any(|k| k.starts_with("_featurelog/staging/")),
+        "nothing is left staged after a clean stop: {keys:?}"
+    );
+    for (key, bytes) in objects.iter().filter(|(k, _)| k.ends_with(".parquet")) {
+        let rows = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+            .unwrap()
+            .metadata()
+            .file_metadata()
+            .num_rows();
+        assert!(rows <= 7, "max-file-rows = 7, but {key} has {rows} rows");
+    }
+
+    // pyarrow, with its own S3 client, reads the same rows.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
+    let endpoint = s3.endpoint.split_once("://").unwrap();
+    let uri = format!(
+        "{}?endpoint_override={}&scheme={}&region=us-east-1",
+        s3.url(&prefix),
+        endpoint.1,
+        endpoint.0
+    );
+    let out_py = Command::new("python3")
+        .args([script, &uri])
+        .envs(s3.aws_env())
+        .output()
+        .unwrap();
+    assert!(
+        out_py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out_py.stderr)
+    );
+    let read: serde_json::Value = serde_json::from_slice(&out_py.stdout).unwrap();
+    let rows = read["rows"].as_array().unwrap();
+    let got: BTreeMap<(String, String), u32> = rows
+        .iter()
+        .map(|r| {
+            (
+                (
+                    r["request_id"].as_str().unwrap().to_owned(),
+                    r["item_id"].as_str().unwrap().to_owned(),
+                ),
+                r["clicks"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), s.expected.len(), "pyarrow sees each row once");
+    assert_eq!(got, s.expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
+    let name = "on_s3_sigkill_and_restarts_keep_every_row_exactly_once";
+    let (Some(kafka), Some(s3)) = (kafka(name), s3(name)) else {
+        return;
+    };
+    let s = setup(kafka, 8, 5).await;
+    let prefix = s3.unique_prefix("crash");
+    let config = s3_joiner_config(&s, &s3, "s3-crash", &prefix);
+    for wait_ms in [900u64, 1500, 600, 2300, 1100] {
+        let j = Joiner::start_with_env(&config, &s3.aws_env());
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        j.kill9();
+    }
+    let joiner = Joiner::start_with_env(&config, &s3.aws_env());
+    wait_until_rows(s.expected.len(), "killed and restarted on S3", || {
+        read_s3_dataset(&s3, &prefix)
+    })
+    .await;
+    // Let any stray duplicate surface before comparing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(
+        &read_s3_dataset(&s3, &prefix).await,
+        &s.expected,
+        "killed and restarted on S3",
+    );
+    drop(joiner);
 }

@@ -111,6 +111,7 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
         watermark_us: state.watermark_us(),
         files,
         state: None,
+        staging: None,
     };
     dataset.commit(&checkpoint).unwrap();
     dataset.roll_forward(&checkpoint).unwrap();

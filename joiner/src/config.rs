@@ -1,8 +1,14 @@
 //! The joiner's configuration: a TOML file with `FEATURELOG_JOIN__SECTION__KEY` environment
 //! overrides, validated before anything starts (`featurelog join --check-config`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+use std::sync::Arc;
 use std::time::Duration;
+
+use object_store::ObjectStore;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
 use featurelog_kafka::KafkaConfig;
 use serde::{Deserialize, Serialize};
@@ -116,7 +122,8 @@ pub struct WindowConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct OutputConfig {
-    /// A local directory (relative paths are relative to the config file).
+    /// A local directory (relative paths are relative to the config file), or
+    /// `s3://bucket/prefix` for S3 and S3-compatible object storage (see `object-store`).
     pub path: PathBuf,
     /// How often each task commits its rows, state and offsets.
     #[serde(default = "default_flush_interval", with = "humantime_serde")]
@@ -124,9 +131,103 @@ pub struct OutputConfig {
     /// Rows per Parquet row group.
     #[serde(default = "default_row_group_rows")]
     pub row_group_rows: usize,
+    /// At most this many rows per file: a flush's rows of one hour are split into several
+    /// files past it. Default: one file per hour per flush.
+    #[serde(default)]
+    pub max_file_rows: Option<usize>,
     /// zstd level of the Parquet pages.
     #[serde(default = "default_zstd_level")]
     pub zstd_level: i32,
+    /// How to reach the object store of an `s3://` path.
+    #[serde(default)]
+    pub object_store: Option<ObjectStoreConfig>,
+}
+
+/// How to reach S3 or an S3-compatible store. Whatever is not set here comes from the
+/// environment as the AWS tools read it (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+/// `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, web identity and
+/// instance credentials): credentials belong there, not in the file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    /// The endpoint of an S3-compatible store, e.g. `http://minio:9000`; omit for AWS S3.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// The bucket's region (S3-compatible stores accept any, conventionally `us-east-1`).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Allow an `http://` endpoint (local and in-cluster stores only).
+    #[serde(default)]
+    pub allow_http: Option<bool>,
+    /// Any other setting of object_store's S3 client, by its name (`aws_*`, see
+    /// `AmazonS3ConfigKey`), e.g. `aws_virtual_hosted_style_request = "true"`.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// Where the dataset lives, from [`OutputConfig::location`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputLocation {
+    /// A local directory.
+    Local(PathBuf),
+    /// A bucket of S3 or an S3-compatible store, and the key prefix inside it ("" for the root).
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The prefix, without slashes at either end.
+        prefix: String,
+    },
+}
+
+impl OutputConfig {
+    /// Where `path` points.
+    pub fn location(&self) -> Result<OutputLocation, String> {
+        let text = self.path.to_string_lossy();
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return Ok(OutputLocation::Local(self.path.clone()));
+        };
+        if scheme != "s3" {
+            return Err(format!(
+                "output.path {text:?}: only local paths and s3:// URLs are supported"
+            ));
+        }
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(format!("output.path {text:?} names no bucket"));
+        }
+        Ok(OutputLocation::S3 {
+            bucket: bucket.to_owned(),
+            prefix: prefix.trim_matches('/').to_owned(),
+        })
+    }
+
+    /// The S3 client for `bucket`: the environment's AWS settings, then `[output.object-store]`.
+    /// Makes no request.
+    pub fn build_s3(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>, String> {
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(o) = &self.object_store {
+            if let Some(endpoint) = &o.endpoint {
+                builder = builder.with_endpoint(endpoint);
+            }
+            if let Some(region) = &o.region {
+                builder = builder.with_region(region);
+            }
+            if let Some(allow) = o.allow_http {
+                builder = builder.with_allow_http(allow);
+            }
+            for (key, value) in &o.options {
+                // Environment overrides arrive with dashes (FEATURELOG_JOIN__..._AWS_X => aws-x).
+                let parsed = AmazonS3ConfigKey::from_str(&key.replace('-', "_")).map_err(|_| {
+                    format!("output.object-store.options: unknown S3 setting {key:?}")
+                })?;
+                builder = builder.with_config(parsed, value);
+            }
+        }
+        builder
+            .build()
+            .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+            .map_err(|e| format!("output.object-store: {e}"))
+    }
 }
 
 fn default_group() -> String {
@@ -212,9 +313,24 @@ impl JoinerConfig {
         };
         let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env);
         let mut config: JoinerConfig = figment.extract().map_err(|e| err(e.to_string()))?;
-        if config.output.path.is_relative() {
-            let base = path.parent().unwrap_or(Path::new("."));
-            config.output.path = base.join(&config.output.path);
+        match config.output.location().map_err(err)? {
+            OutputLocation::Local(local) => {
+                if config.output.object_store.is_some() {
+                    return Err(err(
+                        "output.object-store applies only to an s3:// output.path".into(),
+                    ));
+                }
+                if local.is_relative() {
+                    let base = path.parent().unwrap_or(Path::new("."));
+                    config.output.path = base.join(local);
+                }
+            }
+            OutputLocation::S3 { bucket, .. } => {
+                config.output.build_s3(&bucket).map_err(err)?;
+            }
+        }
+        if config.output.max_file_rows == Some(0) {
+            return Err(err("output.max-file-rows must be at least 1".into()));
         }
         let j = &config.join;
         if !(0.0..=1.0).contains(&j.negatives_sample_rate) {
@@ -290,6 +406,61 @@ mod tests {
             "featurelog-joiner.impressions-by-request"
         );
         assert_eq!(c.join_config().features_wait_us, 1_800_000_000);
+    }
+
+    #[test]
+    fn s3_paths_take_object_store_settings_from_the_file_and_the_environment() {
+        let text = MINIMAL.replace(
+            "path = \"data\"",
+            "path = \"s3://training/joined/v1/\"\n[output.object-store]\nregion = \"us-east-1\"\n\
+             [output.object-store.options]\naws_virtual_hosted_style_request = \"false\"",
+        );
+        let c = JoinerConfig::from_toml_with_env(
+            Path::new("/etc/fl/join.toml"),
+            &text,
+            [
+                (
+                    "FEATURELOG_JOIN__OUTPUT__OBJECT_STORE__ENDPOINT".to_string(),
+                    "http://minio:9000".to_string(),
+                ),
+                (
+                    "FEATURELOG_JOIN__OUTPUT__OBJECT_STORE__ALLOW_HTTP".to_string(),
+                    "true".to_string(),
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.output.location().unwrap(),
+            OutputLocation::S3 {
+                bucket: "training".into(),
+                prefix: "joined/v1".into()
+            }
+        );
+        let store = c.output.object_store.as_ref().unwrap();
+        assert_eq!(store.endpoint.as_deref(), Some("http://minio:9000"));
+        assert_eq!(store.allow_http, Some(true));
+
+        for (bad, reason) in [
+            ("path = \"gs://b/p\"", "s3://"),
+            ("path = \"s3:///p\"", "no bucket"),
+            (
+                "path = \"s3://b/p\"\n[output.object-store.options]\naws_no_such_thing = \"1\"",
+                "aws_no_such_thing",
+            ),
+            (
+                "path = \"data\"\n[output.object-store]\nregion = \"x\"",
+                "only to an s3://",
+            ),
+        ] {
+            let err = JoinerConfig::from_toml_with_env(
+                Path::new("join.toml"),
+                &MINIMAL.replace("path = \"data\"", bad),
+                Vec::new(),
+            )
+            .unwrap_err();
+            assert!(err.to_string().contains(reason), "{bad}: {err}");
+        }
     }
 
     #[test]

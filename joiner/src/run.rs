@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{EventFormat, JoinerConfig};
 use crate::event::{self, Event, EventKind};
 use crate::metrics::{JoinMetrics, Label};
-use crate::sink::{Checkpoint, Dataset, SinkError, SinkOptions};
+use crate::sink::{Checkpoint, Dataset, SinkError};
 use crate::state::{JoinState, Row};
 
 /// Why the joiner stopped.
@@ -457,7 +457,7 @@ fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bo
     if staged.late_rows > 0 {
         tracing::warn!(task = %task.name, rows = staged.late_rows, "rows for hours already complete written under late/");
     }
-    let files = staged.files;
+    let files = staged.files.clone();
     let state = dataset.stage_state(&task.name, epoch, &task.state.snapshot())?;
     let checkpoint = Checkpoint {
         task: task.name.clone(),
@@ -470,6 +470,7 @@ fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bo
         watermark_us: task.state.watermark_us(),
         files,
         state: Some(state),
+        staging: staged.staging,
     };
     match dataset.commit(&checkpoint) {
         Ok(()) => {}
@@ -518,13 +519,8 @@ async fn join(
         .client_config(&[("enable.idempotence", "true")])
         .create()
         .map_err(client("creating the dead-letter producer"))?;
-    let dataset = Dataset::open(
-        &config.output.path,
-        SinkOptions {
-            row_group_rows: config.output.row_group_rows,
-            zstd_level: config.output.zstd_level,
-        },
-    )?;
+    let dataset = Dataset::from_config(&config.output)?;
+    tokio::task::block_in_place(|| dataset.check())?;
     let mut tasks: HashMap<i32, Task> = HashMap::new();
     let all_tasks: Vec<String> = (0..partitions)
         .map(|p| format!("{features_topic}-{p}"))

@@ -1,27 +1,36 @@
-//! The dataset on disk and its commit protocol (docs/JOINER.md, "Exactly once").
+//! The dataset and its commit protocol (docs/JOINER.md, "Exactly once"), on a local directory
+//! or on S3-compatible object storage.
 //!
-//! A flush of a task stages its rows as hidden `.part-*.parquet.pending` files (written, then
-//! fsynced), then **creates** the task's next checkpoint, which names those files and the input
-//! offsets they cover. Creating the checkpoint is the commit: it is written under a temporary
-//! name and hard-linked into place, which fails if that epoch exists, so a second owner of the
-//! task (a zombie after a rebalance) cannot commit over the first. After the commit the pending
-//! files are renamed to their visible names. [`Dataset::recover`] finishes an interrupted roll
-//! forward and deletes whatever was staged and never committed, so a task restarted after
-//! `kill -9` at any point sees each row exactly once.
+//! A flush of a task stages its rows as hidden files (locally `.part-*.parquet.pending` beside
+//! their visible names, written then fsynced; on an object store, objects under
+//! `_featurelog/staging/<task>/<epoch>-<writer>/`), then **creates** the task's next checkpoint,
+//! which names those files and the input offsets they cover. Creating the checkpoint is the
+//! commit: locally it is written under a temporary name and hard-linked into place, on an object
+//! store it is a conditional PUT (`If-None-Match: *`); both fail if that epoch exists, so a
+//! second owner of the task (a zombie after a rebalance) cannot commit over the first. After
+//! the commit the staged files get their visible names (rename; copy then delete).
+//! [`Dataset::recover`] finishes an interrupted roll forward and deletes what was staged and can
+//! no longer be committed, so a task restarted after `kill -9` at any point sees each row exactly
+//! once.
 //!
 //! Readers (Spark, pyarrow, Polars) skip names that start with `.` or `_`, so pending files and
-//! `_featurelog/` are invisible to them.
+//! `_featurelog/` are invisible to them; on an object store a data object does not exist under
+//! its visible name until its copy completes.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 
+use crate::config::{OutputConfig, OutputLocation};
 use crate::rows::{hour_partition, to_record_batch};
 use crate::state::Row;
 
@@ -38,6 +47,25 @@ pub enum SinkError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    /// An object-store request failed.
+    #[error("{action} {location}: {source}")]
+    Store {
+        /// What we were doing.
+        action: &'static str,
+        /// The object (`s3://bucket/key`).
+        location: String,
+        /// object_store's error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The object store cannot be used for this dataset.
+    #[error("object store {url}: {problem}")]
+    Unsupported {
+        /// The dataset's URL.
+        url: String,
+        /// What is wrong.
+        problem: String,
     },
     /// Rows could not be encoded.
     #[error("encoding rows for {path}: {message}")]
@@ -88,6 +116,11 @@ pub struct Checkpoint {
     pub files: Vec<String>,
     /// The task's state snapshot at the commit, relative to the root, if any.
     pub state: Option<String>,
+    /// Where the files were staged when not beside their visible names (object stores: a
+    /// prefix unique to the writer, so two owners of a task never overwrite each other's
+    /// staged objects). From [`Staged::staging`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staging: Option<String>,
 }
 
 /// The marker of a complete hour.
@@ -100,6 +133,8 @@ pub struct Staged {
     pub files: Vec<String>,
     /// Rows that went to the late area.
     pub late_rows: usize,
+    /// Where they were staged, for [`Checkpoint::staging`].
+    pub staging: Option<String>,
 }
 
 /// The start of the hour `date` (`YYYY-MM-DD`) `hh` in epoch microseconds.
@@ -124,6 +159,9 @@ pub struct SinkOptions {
     pub row_group_rows: usize,
     /// zstd level of the Parquet pages.
     pub zstd_level: i32,
+    /// At most this many rows per file: a flush's rows of one hour are split into several
+    /// files past it. `None`: one file per hour per flush.
+    pub max_file_rows: Option<usize>,
 }
 
 impl Default for SinkOptions {
@@ -131,15 +169,45 @@ impl Default for SinkOptions {
         Self {
             row_group_rows: 64 * 1024,
             zstd_level: 3,
+            max_file_rows: None,
         }
     }
 }
 
-/// A dataset directory.
+/// A dataset: a local directory or an object-store prefix.
 #[derive(Debug, Clone)]
 pub struct Dataset {
     root: PathBuf,
     options: SinkOptions,
+    storage: Arc<dyn Storage>,
+}
+
+/// The primitive operations the commit protocol is built from, on each kind of storage. Names
+/// are relative to the dataset root, with `/` separators.
+trait Storage: std::fmt::Debug + Send + Sync {
+    /// The full name of `relative`, for messages.
+    fn describe(&self, relative: &str) -> PathBuf;
+    /// Where a task's files of `epoch` are staged, if not beside their visible names.
+    fn staging(&self, task: &str, epoch: u64) -> Option<String>;
+    /// Writes `bytes` durably; the name shows complete content or nothing.
+    fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError>;
+    /// Creates `relative` durably unless it exists; false when it does.
+    fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError>;
+    /// Reads a whole file.
+    fn get(&self, relative: &str) -> Result<Vec<u8>, SinkError>;
+    /// Whether a file exists.
+    fn exists(&self, relative: &str) -> Result<bool, SinkError>;
+    /// The sub-directory and file names directly under `dir` ("" for the root).
+    fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError>;
+    /// Gives a staged file its visible name. Ok(false) when the staged file is gone.
+    fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError>;
+    /// Deletes what `task` staged and can no longer be committed, the newest committed epoch
+    /// being `committed`.
+    fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError>;
+    /// Verifies that the storage keeps the guarantees the protocol depends on.
+    fn check(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SinkError> {
@@ -168,245 +236,96 @@ fn safe(task: &str) -> String {
         .collect()
 }
 
-impl Dataset {
-    /// A dataset rooted at `root` (created if missing).
-    pub fn open(root: impl Into<PathBuf>, options: SinkOptions) -> Result<Self, SinkError> {
-        let root = root.into();
-        fs::create_dir_all(root.join("_featurelog/checkpoints")).map_err(io("create", &root))?;
-        Ok(Self { root, options })
+/// A local directory: fsync after every write, hard links for create-if-absent.
+#[derive(Debug)]
+struct Local {
+    root: PathBuf,
+}
+
+impl Storage for Local {
+    fn describe(&self, relative: &str) -> PathBuf {
+        self.root.join(relative)
     }
 
-    /// The root directory.
-    pub fn root(&self) -> &Path {
-        &self.root
+    fn staging(&self, _task: &str, _epoch: u64) -> Option<String> {
+        None
     }
 
-    fn checkpoint_dir(&self, task: &str) -> PathBuf {
-        self.root.join("_featurelog/checkpoints").join(safe(task))
-    }
-
-    /// Writes `rows` as pending files of `task`'s `epoch`, one per hour of impression time
-    /// (negatives, which have none, by served-at). Rows of an hour already marked complete
-    /// (`_SUCCESS`) go under `late/` instead, never silently into the finished hour. Returns the
-    /// visible names the files will get and how many rows were late.
-    pub fn stage(&self, task: &str, epoch: u64, rows: &[Row]) -> Result<Staged, SinkError> {
-        let mut by_hour: BTreeMap<(String, String), Vec<Row>> = BTreeMap::new();
-        for row in rows {
-            let t = row.impression_time_us.unwrap_or_else(|| {
-                row.features
-                    .served_at
-                    .as_ref()
-                    .map(|t| t.seconds.saturating_mul(1_000_000))
-                    .unwrap_or(0)
-            });
-            by_hour
-                .entry(hour_partition(t))
-                .or_default()
-                .push(row.clone());
-        }
-        let mut staged = Staged::default();
-        for (n, ((dt, hr), rows)) in by_hour.into_iter().enumerate() {
-            let hour_dir = format!("dt={dt}/hr={hr}");
-            let dir = if self.root.join(&hour_dir).join(SUCCESS).exists() {
-                staged.late_rows += rows.len();
-                format!("late/{hour_dir}")
-            } else {
-                hour_dir
-            };
-            let visible = format!("{dir}/part-{}-{epoch:010}-{n:04}.parquet", safe(task));
-            self.write_parquet(&pending_name(&visible), &rows)?;
-            staged.files.push(visible);
-        }
-        Ok(staged)
-    }
-
-    /// The newest checkpoint of a task, read only (no roll forward, no clean-up).
-    pub fn latest_checkpoint(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
-        let dir = self.checkpoint_dir(task);
-        if !dir.exists() {
-            return Ok(None);
-        }
-        let mut newest: Option<(u64, PathBuf)> = None;
-        for entry in fs::read_dir(&dir).map_err(io("list", &dir))? {
-            let entry = entry.map_err(io("list", &dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(epoch) = name
-                .strip_suffix(".json")
-                .and_then(|e| e.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            if newest.as_ref().is_none_or(|(e, _)| epoch > *e) {
-                newest = Some((epoch, entry.path()));
-            }
-        }
-        let Some((_, path)) = newest else {
-            return Ok(None);
-        };
-        let text = fs::read(&path).map_err(io("read", &path))?;
-        serde_json::from_slice(&text)
-            .map(Some)
-            .map_err(|e| SinkError::Checkpoint {
-                path,
-                problem: e.to_string(),
-            })
-    }
-
-    /// Marks complete every hour that ended at least `lag_us` before the dataset watermark,
-    /// the minimum of the newest checkpointed watermark of every one of `tasks`. Returns the
-    /// hours marked now (`dt=.../hr=...`). Marks nothing while a task has no checkpoint.
-    pub fn mark_complete(&self, tasks: &[String], lag_us: i64) -> Result<Vec<String>, SinkError> {
-        let mut watermark = i64::MAX;
-        for task in tasks {
-            match self.latest_checkpoint(task)? {
-                Some(cp) => watermark = watermark.min(cp.watermark_us),
-                None => return Ok(Vec::new()),
-            }
-        }
-        if tasks.is_empty() || watermark == i64::MIN {
-            return Ok(Vec::new());
-        }
-        let complete_before = watermark.saturating_sub(lag_us);
-        let mut marked = Vec::new();
-        for day in fs::read_dir(&self.root)
-            .map_err(io("list", &self.root))?
-            .flatten()
-        {
-            let day_name = day.file_name().to_string_lossy().into_owned();
-            let Some(date) = day_name.strip_prefix("dt=") else {
-                continue;
-            };
-            let day_path = day.path();
-            for hour in fs::read_dir(&day_path)
-                .map_err(io("list", &day_path))?
-                .flatten()
-            {
-                let hour_name = hour.file_name().to_string_lossy().into_owned();
-                let Some(start) = hour_name
-                    .strip_prefix("hr=")
-                    .and_then(|hh| hour_start_us(date, hh))
-                else {
-                    continue;
-                };
-                let marker = hour.path().join(SUCCESS);
-                if start.saturating_add(3_600_000_000) <= complete_before && !marker.exists() {
-                    File::create(&marker)
-                        .and_then(|f| f.sync_all())
-                        .map_err(io("create", &marker))?;
-                    sync_dir(&hour.path())?;
-                    marked.push(format!("{day_name}/{hour_name}"));
-                }
-            }
-        }
-        Ok(marked)
-    }
-
-    fn write_parquet(&self, relative: &str, rows: &[Row]) -> Result<(), SinkError> {
+    fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
         let path = self.root.join(relative);
         let dir = path.parent().unwrap_or(&self.root).to_owned();
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
-        let encode = |e: &dyn std::fmt::Display| SinkError::Encode {
-            path: path.clone(),
-            message: e.to_string(),
-        };
-        let batch = to_record_batch(rows).map_err(|e| encode(&e))?;
-        let level = ZstdLevel::try_new(self.options.zstd_level).map_err(|e| encode(&e))?;
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(level))
-            .set_max_row_group_row_count(Some(self.options.row_group_rows.max(1)))
-            .build();
-        let file = File::create(&path).map_err(io("create", &path))?;
-        let mut writer =
-            ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(|e| encode(&e))?;
-        writer.write(&batch).map_err(|e| encode(&e))?;
-        let file = writer.into_inner().map_err(|e| encode(&e))?;
-        file.sync_all().map_err(io("fsync", &path))?;
+        let mut f = File::create(&path).map_err(io("create", &path))?;
+        f.write_all(&bytes).map_err(io("write", &path))?;
+        f.sync_all().map_err(io("fsync", &path))?;
         sync_dir(&dir)
     }
 
-    /// Writes a task's state snapshot for `epoch`; returns its name for the checkpoint.
-    pub fn stage_state(
-        &self,
-        task: &str,
-        epoch: u64,
-        snapshot: &[u8],
-    ) -> Result<String, SinkError> {
-        let relative = format!("_featurelog/state/{}/{epoch:020}.bin", safe(task));
-        let path = self.root.join(&relative);
+    fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError> {
+        let path = self.root.join(relative);
         let dir = path.parent().unwrap_or(&self.root).to_owned();
         fs::create_dir_all(&dir).map_err(io("create", &dir))?;
-        let mut f = File::create(&path).map_err(io("create", &path))?;
-        f.write_all(snapshot).map_err(io("write", &path))?;
-        f.sync_all().map_err(io("fsync", &path))?;
-        sync_dir(&dir)?;
-        Ok(relative)
-    }
-
-    /// The commit point: creates the checkpoint of `checkpoint.epoch`, or fails with
-    /// [`SinkError::Fenced`] if that epoch exists.
-    pub fn commit(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
-        let dir = self.checkpoint_dir(&checkpoint.task);
-        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
-        let path = dir.join(format!("{:020}.json", checkpoint.epoch));
-        let tmp = dir.join(format!(
-            ".{:020}.json.{}.tmp",
-            checkpoint.epoch,
-            std::process::id()
-        ));
-        let json = serde_json::to_vec_pretty(checkpoint).map_err(|e| SinkError::Encode {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
         let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(&json).map_err(io("write", &tmp))?;
+        f.write_all(&bytes).map_err(io("write", &tmp))?;
         f.sync_all().map_err(io("fsync", &tmp))?;
         // link() refuses an existing target: only one owner can create an epoch.
         let linked = fs::hard_link(&tmp, &path);
         let _ = fs::remove_file(&tmp);
         match linked {
-            Ok(()) => sync_dir(&dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(SinkError::Fenced {
-                task: checkpoint.task.clone(),
-                epoch: checkpoint.epoch,
-            }),
+            Ok(()) => sync_dir(&dir).map(|()| true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(io("link", &path)(e)),
         }
     }
 
-    /// Makes a committed checkpoint's files visible (idempotent).
-    pub fn roll_forward(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
-        for visible in &checkpoint.files {
-            let to = self.root.join(visible);
-            if to.exists() {
-                continue;
-            }
-            let from = self.root.join(pending_name(visible));
-            fs::rename(&from, &to).map_err(|source| SinkError::Checkpoint {
-                path: self.checkpoint_dir(&checkpoint.task),
-                problem: format!(
-                    "committed file {visible} is neither visible nor pending: {source}"
-                ),
-            })?;
-            if let Some(dir) = to.parent() {
-                sync_dir(dir)?;
-            }
-        }
-        Ok(())
+    fn get(&self, relative: &str) -> Result<Vec<u8>, SinkError> {
+        let path = self.root.join(relative);
+        fs::read(&path).map_err(io("read", &path))
     }
 
-    /// The task's newest checkpoint, after finishing its roll forward and deleting every file
-    /// the task staged and never committed. `None` when the task never committed.
-    pub fn recover(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
-        let checkpoint = self.latest_checkpoint(task)?;
-        if let Some(cp) = &checkpoint {
-            self.roll_forward(cp)?;
-        }
-        let committed = checkpoint.as_ref().map_or(0, |c| c.epoch);
-        self.delete_uncommitted(task, committed)?;
-        Ok(checkpoint)
+    fn exists(&self, relative: &str) -> Result<bool, SinkError> {
+        Ok(self.root.join(relative).exists())
     }
 
-    fn delete_uncommitted(&self, task: &str, committed: u64) -> Result<(), SinkError> {
+    fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError> {
+        let path = self.root.join(dir);
+        let (mut dirs, mut files) = (Vec::new(), Vec::new());
+        let entries = match fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((dirs, files)),
+            Err(e) => return Err(io("list", &path)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io("list", &path))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                dirs.push(name);
+            } else {
+                files.push(name);
+            }
+        }
+        Ok((dirs, files))
+    }
+
+    fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
+        let (from, to) = (self.root.join(staged), self.root.join(visible));
+        match fs::rename(&from, &to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io("rename", &from)(e)),
+        }
+        if let Some(dir) = to.parent() {
+            sync_dir(dir)?;
+        }
+        Ok(true)
+    }
+
+    fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
         let prefix = format!(".part-{}-", safe(task));
         let mut dirs = vec![self.root.clone()];
         while let Some(dir) = dirs.pop() {
@@ -431,11 +350,530 @@ impl Dataset {
         }
         Ok(())
     }
+}
+
+/// Shuts its runtime down without blocking, so a dataset can be dropped inside async code.
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// An object store (S3 and compatible). Every write is a single PUT, visible complete or not at
+/// all; create-if-absent is a conditional PUT; the protocol's steps are synchronous like the
+/// local ones, so the requests run on a small runtime of the dataset's own, which works from
+/// plain threads and from the joiner's `block_in_place` sections alike.
+#[derive(Debug)]
+struct Remote {
+    store: Arc<dyn ObjectStore>,
+    /// `s3://bucket`, for messages.
+    url: String,
+    /// The dataset's key prefix inside the bucket, without slashes at either end.
+    prefix: String,
+    /// Unique to this process's dataset handle: its staging prefixes never collide with another
+    /// owner's.
+    writer: String,
+    runtime: Runtime,
+}
+
+impl Remote {
+    fn key(&self, relative: &str) -> ObjectPath {
+        let relative = relative.trim_matches('/');
+        if self.prefix.is_empty() {
+            ObjectPath::from(relative)
+        } else if relative.is_empty() {
+            ObjectPath::from(self.prefix.as_str())
+        } else {
+            ObjectPath::from(format!("{}/{relative}", self.prefix))
+        }
+    }
+
+    fn location(&self, key: &ObjectPath) -> String {
+        format!("{}/{key}", self.url)
+    }
+
+    /// Runs one request (or a few) to completion on the dataset's runtime.
+    fn block<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        key: &ObjectPath,
+        work: impl std::future::Future<Output = Result<T, object_store::Error>> + Send + 'static,
+    ) -> Result<T, SinkError> {
+        let stopped = || SinkError::Unsupported {
+            url: self.url.clone(),
+            problem: format!("{what} {key}: the dataset's I/O runtime stopped"),
+        };
+        let runtime = self.runtime.0.as_ref().ok_or_else(stopped)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = tx.send(work.await);
+        });
+        rx.recv()
+            .map_err(|_| stopped())?
+            .map_err(|source| SinkError::Store {
+                action: what,
+                location: self.location(key),
+                source,
+            })
+    }
+
+    fn list_all(&self, dir: &str) -> Result<Vec<ObjectPath>, SinkError> {
+        use futures::TryStreamExt as _;
+        let key = self.key(dir);
+        let store = self.store.clone();
+        let prefix = key.clone();
+        self.block("list", &key, async move {
+            store
+                .list(Some(&prefix))
+                .map_ok(|meta| meta.location)
+                .try_collect()
+                .await
+        })
+    }
+}
+
+impl Storage for Remote {
+    /// Refuses a store that ignores conditional PUTs: the fence between two owners of a task
+    /// depends on them (and some S3-compatible servers silently overwrite instead).
+    fn check(&self) -> Result<(), SinkError> {
+        let probe = format!("_featurelog/probe/{}", self.writer);
+        let first = self.create(&probe, b"probe".to_vec())?;
+        let second = self.create(&probe, b"probe".to_vec())?;
+        let key = self.key(&probe);
+        let store = self.store.clone();
+        let target = key.clone();
+        self.block("delete", &key, async move { store.delete(&target).await })?;
+        if first && !second {
+            Ok(())
+        } else {
+            Err(SinkError::Unsupported {
+                url: self.url.clone(),
+                problem: "it does not refuse a PUT with If-None-Match: * over an existing \
+                          object; the joiner's commit needs conditional PUTs (AWS S3, MinIO, \
+                          Cloudflare R2 and Ceph RGW support them)"
+                    .into(),
+            })
+        }
+    }
+
+    fn describe(&self, relative: &str) -> PathBuf {
+        PathBuf::from(self.location(&self.key(relative)))
+    }
+
+    fn staging(&self, task: &str, epoch: u64) -> Option<String> {
+        Some(format!(
+            "_featurelog/staging/{}/{epoch:020}-{}",
+            safe(task),
+            self.writer
+        ))
+    }
+
+    fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
+        let key = self.key(relative);
+        let (store, target) = (self.store.clone(), key.clone());
+        self.block("put", &key, async move {
+            store.put(&target, PutPayload::from(bytes)).await.map(drop)
+        })
+    }
+
+    fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError> {
+        let key = self.key(relative);
+        let (store, target) = (self.store.clone(), key.clone());
+        self.block("create", &key, async move {
+            let options = PutOptions::from(PutMode::Create);
+            match store
+                .put_opts(&target, PutPayload::from(bytes), options)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+                // A conditional PUT that loses a race on S3 may answer 409 (conflict) instead.
+                Err(object_store::Error::Precondition { .. }) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn get(&self, relative: &str) -> Result<Vec<u8>, SinkError> {
+        let key = self.key(relative);
+        let (store, target) = (self.store.clone(), key.clone());
+        self.block("read", &key, async move {
+            let bytes = store.get(&target).await?.bytes().await?;
+            Ok(bytes.to_vec())
+        })
+    }
+
+    fn exists(&self, relative: &str) -> Result<bool, SinkError> {
+        let key = self.key(relative);
+        let (store, target) = (self.store.clone(), key.clone());
+        self.block("head", &key, async move {
+            match store.head(&target).await {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError> {
+        let key = self.key(dir);
+        let (store, target) = (self.store.clone(), key.clone());
+        let listed = self.block("list", &key, async move {
+            let prefix = (!target.as_ref().is_empty()).then_some(&target);
+            store.list_with_delimiter(prefix).await
+        })?;
+        let name = |p: &ObjectPath| p.filename().unwrap_or_default().to_owned();
+        Ok((
+            listed.common_prefixes.iter().map(name).collect(),
+            listed.objects.iter().map(|o| name(&o.location)).collect(),
+        ))
+    }
+
+    fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
+        let (from, to) = (self.key(staged), self.key(visible));
+        let store = self.store.clone();
+        let (f, t) = (from.clone(), to.clone());
+        // A server-side copy: the visible object appears complete, or not at all.
+        let copied = self.block("copy", &from, async move {
+            match store.copy(&f, &t).await {
+                Ok(()) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })?;
+        if copied {
+            let (store, f) = (self.store.clone(), from.clone());
+            self.block("delete", &from, async move {
+                match store.delete(&f).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            })?;
+        }
+        Ok(copied)
+    }
+
+    fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
+        // Staged epochs at or below the newest checkpoint can never be committed (that epoch
+        // exists); later ones may belong to a live writer about to commit, and are left to the
+        // recovery that follows its commit or its death.
+        let dir = format!("_featurelog/staging/{}", safe(task));
+        let base = self.key(&dir);
+        for key in self.list_all(&dir)? {
+            let epoch = key
+                .prefix_match(&base)
+                .and_then(|mut parts| parts.next())
+                .and_then(|part| {
+                    part.as_ref()
+                        .split('-')
+                        .next()
+                        .and_then(|e| e.parse::<u64>().ok())
+                });
+            if epoch.is_some_and(|e| e <= committed) {
+                let (store, target) = (self.store.clone(), key.clone());
+                self.block("delete", &key, async move {
+                    match store.delete(&target).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Dataset {
+    /// A dataset rooted at the local directory `root` (created if missing).
+    pub fn open(root: impl Into<PathBuf>, options: SinkOptions) -> Result<Self, SinkError> {
+        let root = root.into();
+        fs::create_dir_all(root.join("_featurelog/checkpoints")).map_err(io("create", &root))?;
+        Ok(Self {
+            storage: Arc::new(Local { root: root.clone() }),
+            root,
+            options,
+        })
+    }
+
+    /// A dataset under `prefix` of `store`; `url` (e.g. `s3://bucket`) names the store in
+    /// messages. Makes no request: [`Dataset::check`] verifies the store.
+    pub fn open_object_store(
+        store: Arc<dyn ObjectStore>,
+        url: &str,
+        prefix: &str,
+        options: SinkOptions,
+    ) -> Result<Self, SinkError> {
+        let url = url.trim_end_matches('/').to_owned();
+        let prefix = prefix.trim_matches('/').to_owned();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("featurelog-dataset-io")
+            .enable_all()
+            .build()
+            .map_err(io("start the I/O runtime of", Path::new(&url)))?;
+        let root = if prefix.is_empty() {
+            PathBuf::from(&url)
+        } else {
+            PathBuf::from(format!("{url}/{prefix}"))
+        };
+        Ok(Self {
+            storage: Arc::new(Remote {
+                store,
+                url,
+                prefix,
+                writer: uuid::Uuid::new_v4().simple().to_string(),
+                runtime: Runtime(Some(runtime)),
+            }),
+            root,
+            options,
+        })
+    }
+
+    /// The dataset `[output]` names: a local directory or an `s3://` prefix.
+    pub fn from_config(output: &OutputConfig) -> Result<Self, SinkError> {
+        let options = SinkOptions {
+            row_group_rows: output.row_group_rows,
+            zstd_level: output.zstd_level,
+            max_file_rows: output.max_file_rows,
+        };
+        let unsupported = |problem: String| SinkError::Unsupported {
+            url: output.path.display().to_string(),
+            problem,
+        };
+        match output.location().map_err(unsupported)? {
+            OutputLocation::Local(path) => Self::open(path, options),
+            OutputLocation::S3 { bucket, prefix } => {
+                let store = output.build_s3(&bucket).map_err(unsupported)?;
+                Self::open_object_store(store, &format!("s3://{bucket}"), &prefix, options)
+            }
+        }
+    }
+
+    /// Verifies, with a few requests, that an object store refuses to overwrite on a
+    /// conditional PUT, which the commit's fence depends on. Nothing to check locally.
+    pub fn check(&self) -> Result<(), SinkError> {
+        self.storage.check()
+    }
+
+    /// The root directory, or the store URL and prefix.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn checkpoint_dir(&self, task: &str) -> String {
+        format!("_featurelog/checkpoints/{}", safe(task))
+    }
+
+    /// Writes `rows` as staged files of `task`'s `epoch`, one per hour of impression time
+    /// (negatives, which have none, by served-at), split past `max_file_rows`. Rows of an hour
+    /// already marked complete (`_SUCCESS`) go under `late/` instead, never silently into the
+    /// finished hour. Returns the visible names the files will get and how many rows were late.
+    pub fn stage(&self, task: &str, epoch: u64, rows: &[Row]) -> Result<Staged, SinkError> {
+        let mut by_hour: BTreeMap<(String, String), Vec<Row>> = BTreeMap::new();
+        for row in rows {
+            let t = row.impression_time_us.unwrap_or_else(|| {
+                row.features
+                    .served_at
+                    .as_ref()
+                    .map(|t| t.seconds.saturating_mul(1_000_000))
+                    .unwrap_or(0)
+            });
+            by_hour
+                .entry(hour_partition(t))
+                .or_default()
+                .push(row.clone());
+        }
+        let staging = self.storage.staging(task, epoch);
+        let mut staged = Staged {
+            staging: staging.clone(),
+            ..Staged::default()
+        };
+        let per_file = self.options.max_file_rows.unwrap_or(usize::MAX).max(1);
+        let mut n = 0usize;
+        for ((dt, hr), rows) in by_hour {
+            let hour_dir = format!("dt={dt}/hr={hr}");
+            let dir = if self.storage.exists(&format!("{hour_dir}/{SUCCESS}"))? {
+                staged.late_rows += rows.len();
+                format!("late/{hour_dir}")
+            } else {
+                hour_dir
+            };
+            for chunk in rows.chunks(per_file) {
+                let visible = format!("{dir}/part-{}-{epoch:010}-{n:04}.parquet", safe(task));
+                n += 1;
+                let bytes = self.encode(&visible, chunk)?;
+                self.storage
+                    .put(&staged_name(staging.as_deref(), &visible), bytes)?;
+                staged.files.push(visible);
+            }
+        }
+        Ok(staged)
+    }
+
+    /// The newest checkpoint of a task, read only (no roll forward, no clean-up).
+    pub fn latest_checkpoint(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
+        let dir = self.checkpoint_dir(task);
+        let (_, files) = self.storage.children(&dir)?;
+        let newest = files
+            .iter()
+            .filter_map(|name| {
+                name.strip_suffix(".json")
+                    .and_then(|e| e.parse::<u64>().ok())
+                    .map(|epoch| (epoch, name))
+            })
+            .max_by_key(|(epoch, _)| *epoch);
+        let Some((_, name)) = newest else {
+            return Ok(None);
+        };
+        let relative = format!("{dir}/{name}");
+        let text = self.storage.get(&relative)?;
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| SinkError::Checkpoint {
+                path: self.storage.describe(&relative),
+                problem: e.to_string(),
+            })
+    }
+
+    /// Marks complete every hour that ended at least `lag_us` before the dataset watermark,
+    /// the minimum of the newest checkpointed watermark of every one of `tasks`. Returns the
+    /// hours marked now (`dt=.../hr=...`). Marks nothing while a task has no checkpoint.
+    pub fn mark_complete(&self, tasks: &[String], lag_us: i64) -> Result<Vec<String>, SinkError> {
+        let mut watermark = i64::MAX;
+        for task in tasks {
+            match self.latest_checkpoint(task)? {
+                Some(cp) => watermark = watermark.min(cp.watermark_us),
+                None => return Ok(Vec::new()),
+            }
+        }
+        if tasks.is_empty() || watermark == i64::MIN {
+            return Ok(Vec::new());
+        }
+        let complete_before = watermark.saturating_sub(lag_us);
+        let mut marked = Vec::new();
+        for day_name in self.storage.children("")?.0 {
+            let Some(date) = day_name.strip_prefix("dt=") else {
+                continue;
+            };
+            for hour_name in self.storage.children(&day_name)?.0 {
+                let Some(start) = hour_name
+                    .strip_prefix("hr=")
+                    .and_then(|hh| hour_start_us(date, hh))
+                else {
+                    continue;
+                };
+                let marker = format!("{day_name}/{hour_name}/{SUCCESS}");
+                if start.saturating_add(3_600_000_000) <= complete_before
+                    && !self.storage.exists(&marker)?
+                {
+                    self.storage.put(&marker, Vec::new())?;
+                    marked.push(format!("{day_name}/{hour_name}"));
+                }
+            }
+        }
+        Ok(marked)
+    }
+
+    fn encode(&self, visible: &str, rows: &[Row]) -> Result<Vec<u8>, SinkError> {
+        let encode = |e: &dyn std::fmt::Display| SinkError::Encode {
+            path: self.storage.describe(visible),
+            message: e.to_string(),
+        };
+        let batch = to_record_batch(rows).map_err(|e| encode(&e))?;
+        let level = ZstdLevel::try_new(self.options.zstd_level).map_err(|e| encode(&e))?;
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(level))
+            .set_max_row_group_row_count(Some(self.options.row_group_rows.max(1)))
+            .build();
+        let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
+            .map_err(|e| encode(&e))?;
+        writer.write(&batch).map_err(|e| encode(&e))?;
+        writer.into_inner().map_err(|e| encode(&e))
+    }
+
+    /// Writes a task's state snapshot for `epoch`; returns its name for the checkpoint.
+    pub fn stage_state(
+        &self,
+        task: &str,
+        epoch: u64,
+        snapshot: &[u8],
+    ) -> Result<String, SinkError> {
+        let relative = format!("_featurelog/state/{}/{epoch:020}.bin", safe(task));
+        self.storage.put(&relative, snapshot.to_vec())?;
+        Ok(relative)
+    }
+
+    /// The commit point: creates the checkpoint of `checkpoint.epoch`, or fails with
+    /// [`SinkError::Fenced`] if that epoch exists.
+    pub fn commit(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        let relative = format!(
+            "{}/{:020}.json",
+            self.checkpoint_dir(&checkpoint.task),
+            checkpoint.epoch
+        );
+        let json = serde_json::to_vec_pretty(checkpoint).map_err(|e| SinkError::Encode {
+            path: self.storage.describe(&relative),
+            message: e.to_string(),
+        })?;
+        if self.storage.create(&relative, json)? {
+            Ok(())
+        } else {
+            Err(SinkError::Fenced {
+                task: checkpoint.task.clone(),
+                epoch: checkpoint.epoch,
+            })
+        }
+    }
+
+    /// Makes a committed checkpoint's files visible (idempotent).
+    pub fn roll_forward(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        for visible in &checkpoint.files {
+            if self.storage.exists(visible)? {
+                continue;
+            }
+            let staged = staged_name(checkpoint.staging.as_deref(), visible);
+            // Gone from staging yet not visible: unless a concurrent roll forward of the same
+            // checkpoint just published it, the commit's files were lost.
+            if !self.storage.publish(&staged, visible)? && !self.storage.exists(visible)? {
+                return Err(SinkError::Checkpoint {
+                    path: self
+                        .storage
+                        .describe(&self.checkpoint_dir(&checkpoint.task)),
+                    problem: format!("committed file {visible} is neither visible nor staged"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The task's newest checkpoint, after finishing its roll forward and deleting every file
+    /// the task staged and never committed. `None` when the task never committed.
+    pub fn recover(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
+        let checkpoint = self.latest_checkpoint(task)?;
+        if let Some(cp) = &checkpoint {
+            self.roll_forward(cp)?;
+        }
+        let committed = checkpoint.as_ref().map_or(0, |c| c.epoch);
+        self.storage.discard(task, committed)?;
+        Ok(checkpoint)
+    }
 
     /// Reads a staged state snapshot.
     pub fn read_state(&self, relative: &str) -> Result<Vec<u8>, SinkError> {
-        let path = self.root.join(relative);
-        fs::read(&path).map_err(io("read", &path))
+        self.storage.get(relative)
+    }
+}
+
+/// Where a file to be visible as `visible` is staged.
+fn staged_name(staging: Option<&str>, visible: &str) -> String {
+    match staging {
+        Some(prefix) => format!("{prefix}/{visible}"),
+        None => pending_name(visible),
     }
 }
 
@@ -514,7 +952,116 @@ mod tests {
             watermark_us: 5,
             files,
             state: None,
+            staging: None,
         }
+    }
+
+    /// A dataset on an in-memory object store: the object-store protocol without a server
+    /// (tests/joiner_s3.rs runs it against a real S3-compatible one).
+    fn in_memory() -> (Arc<object_store::memory::InMemory>, Dataset) {
+        let store = Arc::new(object_store::memory::InMemory::new());
+        let options = SinkOptions {
+            max_file_rows: Some(1),
+            ..SinkOptions::default()
+        };
+        let ds = Dataset::open_object_store(store.clone(), "memory://b", "ds/", options).unwrap();
+        (store, ds)
+    }
+
+    fn keys(store: &object_store::memory::InMemory) -> Vec<String> {
+        use futures::TryStreamExt as _;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut keys: Vec<String> = rt
+            .block_on(
+                store
+                    .list(None)
+                    .map_ok(|m| m.location.to_string())
+                    .try_collect::<Vec<_>>(),
+            )
+            .unwrap();
+        keys.sort();
+        keys
+    }
+
+    fn visible(keys: &[String]) -> Vec<String> {
+        keys.iter()
+            .filter_map(|k| k.strip_prefix("ds/"))
+            .filter(|k| !k.starts_with('_') && !k.split('/').any(|p| p.starts_with('.')))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn on_an_object_store_files_appear_only_after_the_commit_and_split_by_rows() {
+        let (store, ds) = in_memory();
+        ds.check().unwrap();
+        let staged = ds.stage("t-0", 1, &[rows(18), rows(18)].concat()).unwrap();
+        assert_eq!(
+            staged.files.len(),
+            4,
+            "two rows in each of two hours, one row per file"
+        );
+        assert!(visible(&keys(&store)).is_empty(), "{:?}", keys(&store));
+        let mut cp = checkpoint("t-0", 1, staged.files.clone());
+        cp.staging = staged.staging.clone();
+        ds.commit(&cp).unwrap();
+        assert!(
+            visible(&keys(&store)).is_empty(),
+            "still staged until the roll forward"
+        );
+        ds.roll_forward(&cp).unwrap();
+        let mut expected = staged.files.clone();
+        expected.sort();
+        assert_eq!(visible(&keys(&store)), expected);
+        assert!(
+            !keys(&store)
+                .iter()
+                .any(|k| k.contains("_featurelog/staging/")),
+            "staged objects are deleted once copied"
+        );
+        let err = ds.commit(&cp).unwrap_err();
+        assert!(matches!(err, SinkError::Fenced { epoch: 1, .. }), "{err}");
+        assert_eq!(ds.latest_checkpoint("t-0").unwrap(), Some(cp));
+    }
+
+    #[test]
+    fn on_an_object_store_recovery_finishes_the_roll_forward_and_keeps_a_live_writers_staging() {
+        let (store, ds) = in_memory();
+        let staged = ds.stage("t-0", 1, &rows(1)).unwrap();
+        let mut cp = checkpoint("t-0", 1, staged.files.clone());
+        cp.staging = staged.staging.clone();
+        ds.commit(&cp).unwrap();
+        // Killed before the copies. Another process recovers the task.
+        let other =
+            Dataset::open_object_store(store.clone(), "memory://b", "ds", SinkOptions::default())
+                .unwrap();
+        // A stale writer staged epoch 1 too (it lost the commit) and epoch 2 (it may still commit).
+        let stale1 = other.stage("t-0", 1, &rows(3)).unwrap();
+        let later = other.stage("t-0", 2, &rows(5)).unwrap();
+        assert_eq!(other.recover("t-0").unwrap(), Some(cp.clone()));
+        let mut expected = staged.files.clone();
+        expected.sort();
+        assert_eq!(visible(&keys(&store)), expected, "exactly epoch 1's files");
+        let all = keys(&store);
+        let under = |prefix: &Option<String>| {
+            let p = format!("ds/{}/", prefix.as_deref().unwrap());
+            all.iter().filter(|k| k.starts_with(&p)).count()
+        };
+        assert_eq!(
+            under(&stale1.staging),
+            0,
+            "a lost epoch's staging is deleted"
+        );
+        assert_eq!(
+            under(&later.staging),
+            later.files.len(),
+            "a later epoch may still be committed"
+        );
+        // Recovering again changes nothing.
+        assert_eq!(ds.recover("t-0").unwrap(), Some(cp));
+        assert_eq!(visible(&keys(&store)), expected);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 #![allow(clippy::panic, clippy::expect_used)] // A failed precondition is a failed test here.
 
 pub mod broker;
+pub mod s3;
 pub mod serving;
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use featurelog_kafka::KafkaConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::FutureProducer;
+pub use s3::{TestS3, s3};
 
 /// The environment variable that names the test broker.
 pub const KAFKA_ENV: &str = "FEATURELOG_KAFKA";
