@@ -1,6 +1,6 @@
 //! The `featurelog` binary: parses the command line and hands each subcommand to the library
-//! that owns it. Exit codes: 0 success, 1 failure while running, 2 bad usage or configuration
-//! (and subcommands that are not available yet).
+//! that owns it. Exit codes: 0 success, 1 failure while running (or, for `diff`, skew over a
+//! threshold), 2 bad usage or configuration.
 
 use std::process::ExitCode;
 
@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod demo;
 mod dev_broker;
 mod diff;
 mod join;
@@ -36,7 +37,7 @@ enum Command {
     Diff(diff::DiffArgs),
     /// Run the whole pipeline on this machine (model server, sidecar, traffic, joiner, diff) on
     /// the embedded broker and print what it found.
-    Demo(NotYet),
+    Demo(demo::DemoArgs),
     /// Run an in-process Kafka-protocol broker (librdkafka's mock cluster) and print its
     /// bootstrap address. For trying featurelog without installing Kafka, not for production:
     /// it keeps everything in memory and loses it on exit.
@@ -70,21 +71,6 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// Arguments of a subcommand that a later release fills in.
-#[derive(Debug, clap::Args)]
-struct NotYet {
-    /// Ignored until the subcommand exists.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
-}
-
-fn not_yet(name: &str) -> ExitCode {
-    eprintln!(
-        "featurelog {name}: not available yet in this build (see the Status table in the README)."
-    );
-    ExitCode::from(2)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
@@ -93,7 +79,7 @@ fn main() -> ExitCode {
         Command::ModelServer(args) => exit(sidecar::run_model_server(args)),
         Command::Join(args) => exit(join::run(args)),
         Command::Diff(args) => diff::run(args),
-        Command::Demo(_) => not_yet("demo"),
+        Command::Demo(args) => exit(demo::run(args)),
         Command::DevBroker(args) => report(dev_broker::run(args)),
     }
 }

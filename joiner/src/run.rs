@@ -40,7 +40,7 @@ pub enum JoinError {
     },
     /// A topic is missing.
     #[error(
-        "topic {0:?} does not exist; the sidecar creates it on first use, or create it yourself"
+        "topic {0:?} does not exist; create it (the sidecar does not create topics), with as many partitions as the load needs"
     )]
     NoTopic(String),
     /// The repartition topic disagrees with the feature-log topic.

@@ -53,9 +53,10 @@ pub struct SidecarConfig {
     /// The metrics and health endpoint.
     #[serde(default)]
     pub metrics: MetricsConfig,
-    /// Where Kafka is. Required in `log` mode. The producer's defaults (idempotent, zstd, 5 ms
-    /// linger, murmur2 partitioning as the Java client, 30 s message timeout) can all be
-    /// overridden in `[kafka.properties]`.
+    /// Where Kafka is. Required in `log` mode. The producer's defaults
+    /// (`publisher::PRODUCER_DEFAULTS`: idempotent, zstd level 1, 100 ms linger, murmur2
+    /// partitioning as the Java client, 30 s message timeout) can all be overridden in
+    /// `[kafka.properties]`.
     #[serde(default)]
     pub kafka: Option<KafkaConfig>,
     /// How records are published.

@@ -76,14 +76,19 @@ pub struct Scanned {
     pub model_version: String,
     /// The request's own id (empty if none).
     pub id: String,
-    inputs: Vec<Bytes>,
-    raw: Vec<Bytes>,
-    params: Vec<Bytes>,
+    pub(crate) inputs: Vec<Bytes>,
+    pub(crate) raw: Vec<Bytes>,
+    pub(crate) params: Vec<Bytes>,
 }
 
 /// Scans a serialised ModelInferRequest.
 pub fn scan(mut buf: Bytes) -> Result<Scanned, LazyError> {
-    let mut s = Scanned::default();
+    // Sized for a typical recommender's request, so that pushing is not reallocating.
+    let mut s = Scanned {
+        inputs: Vec::with_capacity(64),
+        raw: Vec::with_capacity(64),
+        ..Scanned::default()
+    };
     while buf.has_remaining() {
         let (tag, wire_type) = decode_key(&mut buf).map_err(|_| LazyError::Malformed)?;
         match (tag, wire_type) {

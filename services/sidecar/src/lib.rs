@@ -6,7 +6,7 @@
 //! - [`allowlist`]: what is logged, per model; hot-reloaded.
 //! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer.
 //! - [`publisher`]: the bounded queue, decoding threads, producer and adaptive controller.
-//! - [`extract`]: one call to one record.
+//! - [`extract`]: one call to one record; [`direct`]: its fast path for raw numeric tensors.
 //! - [`metrics`]: what an operator sees (served by `featurelog-ops`).
 //!
 //! [`start`] runs it all; the returned [`Sidecar`] shuts it down in order: stop accepting,
@@ -14,6 +14,7 @@
 
 pub mod allowlist;
 pub mod config;
+pub mod direct;
 mod error;
 pub mod extract;
 pub mod lazy;

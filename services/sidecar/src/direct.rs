@@ -1,0 +1,543 @@
+//! The fast path from a scanned request to an encoded `FeatureLog`, for the shape most
+//! recommenders send: raw tensors (Triton's clients always send raw), fixed-width numeric
+//! features, integer candidate ids, no outputs, top-K or parameters to log.
+//!
+//! The general path ([`crate::lazy`] then [`crate::extract`] then prost) decodes each logged
+//! tensor into a `Vec`, builds the record and encodes it again; for 100 candidates x 10
+//! features that round trip and its allocations were most of the publisher's CPU (perf). Here a
+//! little-endian FP32/FP64 tensor's raw bytes are already the wire form of the record's packed
+//! `fp32_values`/`fp64_values`, so they are copied as they are, and integers are re-encoded
+//! straight into the output buffer.
+//!
+//! The fast path only ever takes a call it can encode exactly as the general path would (the
+//! tests check the two records decode equal); anything else, including every error case,
+//! returns `None` and goes the general way, which owns the error reasons.
+
+use bytes::{Buf, BufMut};
+use featurelog_schemas::featurelog::v1::DataType;
+use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, encode_varint};
+
+use crate::allowlist::ModelRule;
+use crate::extract::CallContext;
+use crate::lazy::Scanned;
+
+/// An input tensor's header, borrowed from the request.
+struct Head<'a> {
+    name: &'a [u8],
+    datatype: &'a [u8],
+    shape: Vec<i64>,
+}
+
+/// Reads name, datatype and shape of an encoded `InferInputTensor`; `None` if it carries typed
+/// contents or anything unexpected.
+fn head(mut buf: &[u8]) -> Option<Head<'_>> {
+    let mut head = Head {
+        name: &[],
+        datatype: &[],
+        shape: Vec::new(),
+    };
+    while buf.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut buf).ok()?;
+        match (tag, wire_type) {
+            (1, WireType::LengthDelimited) => head.name = slice(&mut buf)?,
+            (2, WireType::LengthDelimited) => head.datatype = slice(&mut buf)?,
+            (3, WireType::LengthDelimited) => {
+                head.shape.clear();
+                let mut packed = slice(&mut buf)?;
+                while packed.has_remaining() {
+                    head.shape.push(decode_varint(&mut packed).ok()? as i64);
+                }
+            }
+            (3, WireType::Varint) => head.shape.push(decode_varint(&mut buf).ok()? as i64),
+            // Parameters of a tensor are not logged.
+            (4, _) => {
+                prost::encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default())
+                    .ok()?;
+            }
+            _ => return None,
+        }
+    }
+    Some(head)
+}
+
+/// The `name` of an encoded tensor (the last occurrence, as a full decode keeps).
+fn name(mut buf: &[u8]) -> Option<&[u8]> {
+    let mut name: &[u8] = &[];
+    while buf.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut buf).ok()?;
+        if (tag, wire_type) == (1, WireType::LengthDelimited) {
+            name = slice(&mut buf)?;
+        } else {
+            prost::encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default()).ok()?;
+        }
+    }
+    Some(name)
+}
+
+fn slice<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
+    if len > buf.len() {
+        return None;
+    }
+    let (field, rest) = buf.split_at(len);
+    *buf = rest;
+    Some(field)
+}
+
+/// How a datatype's raw little-endian elements become the record's values.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Copied as they are into a packed fixed-width field.
+    Fixed { field: u32, size: usize },
+    /// Zigzag varints (`sint32`/`sint64`) from `size`-byte signed integers.
+    Signed { field: u32, size: usize },
+}
+
+fn kind(datatype: &[u8]) -> Option<(DataType, Kind)> {
+    Some(match datatype {
+        b"FP32" => (DataType::Fp32, Kind::Fixed { field: 6, size: 4 }),
+        b"FP64" => (DataType::Fp64, Kind::Fixed { field: 7, size: 8 }),
+        b"INT32" => (DataType::Int32, Kind::Signed { field: 2, size: 4 }),
+        b"INT64" => (DataType::Int64, Kind::Signed { field: 3, size: 8 }),
+        _ => return None,
+    })
+}
+
+fn signed(raw: &[u8], size: usize) -> impl Iterator<Item = i64> + '_ {
+    raw.chunks_exact(size).map(move |c| {
+        if size == 4 {
+            i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        } else {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            i64::from_le_bytes(b)
+        }
+    })
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn varint_len(v: u64) -> usize {
+    prost::encoding::encoded_len_varint(v)
+}
+
+fn key(buf: &mut Vec<u8>, field: u32, wire_type: WireType) {
+    prost::encoding::encode_key(field, wire_type, buf);
+}
+
+fn bytes_field(buf: &mut Vec<u8>, field: u32, value: &[u8]) {
+    if !value.is_empty() {
+        key(buf, field, WireType::LengthDelimited);
+        encode_varint(value.len() as u64, buf);
+        buf.put_slice(value);
+    }
+}
+
+fn bytes_field_len(field: u32, len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        prost::encoding::key_len(field) + varint_len(len as u64) + len
+    }
+}
+
+/// One logged feature, ready to encode.
+struct Column<'a> {
+    name: &'a [u8],
+    datatype: DataType,
+    kind: Kind,
+    row_shape: &'a [i64],
+    per_request: bool,
+    raw: &'a [u8],
+}
+
+impl Column<'_> {
+    /// Length of the packed values and of the whole `Values` message.
+    fn values_len(&self) -> (usize, usize) {
+        let (field, packed) = match self.kind {
+            Kind::Fixed { field, .. } => (field, self.raw.len()),
+            Kind::Signed { field, size } => (
+                field,
+                signed(self.raw, size).map(|v| varint_len(zigzag(v))).sum(),
+            ),
+        };
+        (packed, bytes_field_len(field, packed))
+    }
+
+    fn row_shape_len(&self) -> usize {
+        self.row_shape.iter().map(|&d| varint_len(d as u64)).sum()
+    }
+
+    fn encoded_len(&self) -> usize {
+        let (_, values) = self.values_len();
+        bytes_field_len(1, self.name.len())
+            + 1
+            + varint_len(self.datatype as u64)
+            + bytes_field_len(3, self.row_shape_len())
+            // `values` is always present, even when empty.
+            + 1
+            + varint_len(values as u64)
+            + values
+            + if self.per_request { 2 } else { 0 }
+    }
+
+    fn encode(&self, buf: &mut Vec<u8>) {
+        bytes_field(buf, 1, self.name);
+        key(buf, 2, WireType::Varint);
+        encode_varint(self.datatype as u64, buf);
+        let shape_len = self.row_shape_len();
+        if shape_len > 0 {
+            key(buf, 3, WireType::LengthDelimited);
+            encode_varint(shape_len as u64, buf);
+            for &d in self.row_shape {
+                encode_varint(d as u64, buf);
+            }
+        }
+        let (packed, values) = self.values_len();
+        key(buf, 4, WireType::LengthDelimited);
+        encode_varint(values as u64, buf);
+        if packed > 0 {
+            match self.kind {
+                Kind::Fixed { field, .. } => {
+                    key(buf, field, WireType::LengthDelimited);
+                    encode_varint(packed as u64, buf);
+                    buf.put_slice(self.raw);
+                }
+                Kind::Signed { field, size } => {
+                    key(buf, field, WireType::LengthDelimited);
+                    encode_varint(packed as u64, buf);
+                    for v in signed(self.raw, size) {
+                        encode_varint(zigzag(v), buf);
+                    }
+                }
+            }
+        }
+        if self.per_request {
+            key(buf, 5, WireType::Varint);
+            buf.put_u8(1);
+        }
+    }
+}
+
+/// Whether `rule` only asks for what this path can encode.
+pub fn eligible(rule: &ModelRule) -> bool {
+    rule.outputs.is_empty()
+        && rule.top_k.is_none()
+        && rule.parameters.is_empty()
+        && rule.candidate_ids_parameter.is_none()
+}
+
+/// The encoded record and its row count, or `None` when the call must take the general path.
+pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Option<(Vec<u8>, u32)> {
+    if !eligible(rule) || scanned.raw.is_empty() || scanned.raw.len() != scanned.inputs.len() {
+        return None;
+    }
+    // Names first, without allocating; full headers only for the inputs the rule names. The
+    // first input with a name wins, as in the general path.
+    let names: Vec<&[u8]> = scanned
+        .inputs
+        .iter()
+        .map(|input| name(input))
+        .collect::<Option<_>>()?;
+    let find = |wanted: &str| -> Option<Option<(Head<'_>, &[u8])>> {
+        match names.iter().position(|n| *n == wanted.as_bytes()) {
+            Some(i) => Some(Some((head(&scanned.inputs[i])?, &scanned.raw[i][..]))),
+            None => Some(None),
+        }
+    };
+
+    let mut ids: Vec<i64> = Vec::new();
+    let has_ids = rule.candidate_ids_input.is_some();
+    if let Some(id_input) = &rule.candidate_ids_input {
+        let (h, raw) = find(id_input)??;
+        let (_, Kind::Signed { size, .. }) = kind(h.datatype)? else {
+            return None;
+        };
+        if raw.len() != count(&h.shape)?.checked_mul(size)? {
+            return None;
+        }
+        ids.extend(signed(raw, size));
+    }
+
+    let mut heads = Vec::with_capacity(rule.features.len());
+    for name in &rule.features {
+        if let Some((h, raw)) = find(name)? {
+            let (datatype, kind) = kind(h.datatype)?;
+            let size = match kind {
+                Kind::Fixed { size, .. } | Kind::Signed { size, .. } => size,
+            };
+            if raw.len() != count(&h.shape)?.checked_mul(size)? {
+                return None;
+            }
+            heads.push((h, raw, datatype, kind));
+        }
+    }
+    let rows = if has_ids {
+        ids.len()
+    } else {
+        heads
+            .iter()
+            .filter_map(|(h, ..)| h.shape.first())
+            .filter_map(|&n| usize::try_from(n).ok())
+            .max()
+            .unwrap_or(1)
+    };
+    let mut columns = Vec::with_capacity(heads.len());
+    for (h, raw, datatype, kind) in &heads {
+        let per_request = match h.shape.first() {
+            None => true,
+            Some(&n) if usize::try_from(n).is_ok_and(|n| n == rows) => false,
+            Some(1) => true,
+            Some(_) => return None,
+        };
+        columns.push(Column {
+            name: h.name,
+            datatype: *datatype,
+            kind: *kind,
+            row_shape: h.shape.get(1..).unwrap_or(&[]),
+            per_request,
+            raw,
+        });
+    }
+    let row_count = u32::try_from(rows).unwrap_or(u32::MAX);
+
+    let served_at = ctx
+        .served_at
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .ok()
+        .map(|d| (d.as_secs() as i64, d.subsec_nanos() as i32));
+    let timestamp_len = served_at.map(|(s, n)| {
+        (if s != 0 { 1 + varint_len(s as u64) } else { 0 })
+            + if n != 0 {
+                1 + varint_len(n as i64 as u64)
+            } else {
+                0
+            }
+    });
+    let mut itoa = itoa::Buffer::new();
+    let ids_len: usize = ids
+        .iter()
+        .map(|&id| bytes_field_len(8, itoa.format(id).len()))
+        .sum();
+    let capacity = 64
+        + ctx.request_id.len()
+        + scanned.model_name.len()
+        + scanned.model_version.len()
+        + ctx.instance.len()
+        + ctx.allow_list_version.len()
+        + ids_len
+        + columns
+            .iter()
+            .map(|c| {
+                let len = c.encoded_len();
+                1 + varint_len(len as u64) + len
+            })
+            .sum::<usize>();
+
+    let mut buf = Vec::with_capacity(capacity);
+    bytes_field(&mut buf, 1, ctx.request_id.as_bytes());
+    bytes_field(&mut buf, 2, scanned.model_name.as_bytes());
+    bytes_field(&mut buf, 3, scanned.model_version.as_bytes());
+    if let (Some((seconds, nanos)), Some(len)) = (served_at, timestamp_len) {
+        key(&mut buf, 4, WireType::LengthDelimited);
+        encode_varint(len as u64, &mut buf);
+        if seconds != 0 {
+            key(&mut buf, 1, WireType::Varint);
+            encode_varint(seconds as u64, &mut buf);
+        }
+        if nanos != 0 {
+            key(&mut buf, 2, WireType::Varint);
+            encode_varint(nanos as i64 as u64, &mut buf);
+        }
+    }
+    bytes_field(&mut buf, 5, ctx.instance.as_bytes());
+    bytes_field(&mut buf, 6, ctx.allow_list_version.as_bytes());
+    if row_count != 0 {
+        key(&mut buf, 7, WireType::Varint);
+        encode_varint(u64::from(row_count), &mut buf);
+    }
+    for &id in &ids {
+        // An id is never empty, so it is always written (repeated strings keep empty entries
+        // too, which `bytes_field` would skip).
+        let text = itoa.format(id).as_bytes();
+        key(&mut buf, 8, WireType::LengthDelimited);
+        encode_varint(text.len() as u64, &mut buf);
+        buf.put_slice(text);
+    }
+    for c in &columns {
+        key(&mut buf, 9, WireType::LengthDelimited);
+        encode_varint(c.encoded_len() as u64, &mut buf);
+        c.encode(&mut buf);
+    }
+    Some((buf, row_count))
+}
+
+fn count(shape: &[i64]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use bytes::Bytes;
+    use featurelog_schemas::featurelog::v1::FeatureLog;
+    use featurelog_schemas::inference::ModelInferRequest;
+    use featurelog_schemas::inference::model_infer_request::InferInputTensor;
+    use featurelog_schemas::tensor::TensorValues;
+    use prost::Message;
+
+    use super::*;
+    use crate::allowlist::TopK;
+
+    fn rule(features: &[&str], ids: Option<&str>) -> ModelRule {
+        ModelRule {
+            name: "ranker".into(),
+            version: None,
+            features: features.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![],
+            candidate_ids_input: ids.map(str::to_owned),
+            candidate_ids_parameter: None,
+            parameters: vec![],
+            sample_rate: 1.0,
+            top_k: None,
+        }
+    }
+
+    fn request(tensors: &[(&str, &str, &[i64], TensorValues)]) -> ModelInferRequest {
+        let mut r = ModelInferRequest {
+            model_name: "ranker".into(),
+            model_version: "3".into(),
+            id: "req-1".into(),
+            ..Default::default()
+        };
+        for (name, datatype, shape, values) in tensors {
+            r.inputs.push(InferInputTensor {
+                name: name.to_string(),
+                datatype: datatype.to_string(),
+                shape: shape.to_vec(),
+                ..Default::default()
+            });
+            r.raw_input_contents.push(values.to_raw());
+        }
+        r
+    }
+
+    fn ctx() -> CallContext<'static> {
+        CallContext {
+            request_id: "req-1",
+            served_at: SystemTime::UNIX_EPOCH + Duration::new(1_790_000_000, 123_456_789),
+            instance: "sidecar-a",
+            allow_list_version: "v7",
+        }
+    }
+
+    /// The general path's record for the same call.
+    fn general(rule: &ModelRule, request: &ModelInferRequest) -> FeatureLog {
+        let scanned = crate::lazy::scan(Bytes::from(request.encode_to_vec())).unwrap();
+        let decoded = scanned.decode_for_rule(rule).unwrap();
+        crate::extract::extract(rule, &decoded, None, ctx()).unwrap()
+    }
+
+    fn fast(rule: &ModelRule, request: &ModelInferRequest) -> Option<FeatureLog> {
+        let scanned = crate::lazy::scan(Bytes::from(request.encode_to_vec())).unwrap();
+        let (bytes, rows) = encode(rule, &scanned, ctx())?;
+        let record = FeatureLog::decode(&bytes[..]).unwrap();
+        assert_eq!(record.row_count, rows);
+        Some(record)
+    }
+
+    fn floats(n: usize, seed: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| match i % 5 {
+                0 => f32::NAN,
+                1 => -0.0,
+                2 => f32::from_bits(1), // subnormal
+                _ => seed * i as f32 - 1.5,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_equal_the_general_paths_for_every_supported_shape() {
+        let ids = TensorValues::Int64(vec![9_000_000_001, -4, 0, 17]);
+        let req = request(&[
+            ("other", "FP32", &[4], TensorValues::Fp32(floats(4, 9.0))),
+            ("item_id", "INT64", &[4], ids),
+            ("price", "FP32", &[4], TensorValues::Fp32(floats(4, 0.25))),
+            (
+                "age",
+                "INT32",
+                &[4, 1],
+                TensorValues::Int32(vec![i32::MIN, -1, 0, 70]),
+            ),
+            ("emb", "FP32", &[4, 3], TensorValues::Fp32(floats(12, 2.0))),
+            (
+                "ctx",
+                "FP64",
+                &[1, 2],
+                TensorValues::Fp64(vec![1e300, -0.5]),
+            ),
+            ("clock", "INT64", &[], TensorValues::Int64(vec![i64::MAX])),
+            ("empty", "FP32", &[4, 0], TensorValues::Fp32(vec![])),
+        ]);
+        let with_ids = rule(
+            &["price", "missing", "age", "emb", "ctx", "clock", "empty"],
+            Some("item_id"),
+        );
+        let without_ids = rule(&["emb", "ctx", "price"], None);
+        for r in [with_ids, without_ids] {
+            let want = general(&r, &req);
+            let got = fast(&r, &req).expect("eligible");
+            // NaN != NaN: compare the encodings of two independently built records.
+            assert_eq!(got.encode_to_vec(), want.encode_to_vec());
+        }
+    }
+
+    #[test]
+    fn anything_else_takes_the_general_path() {
+        let req = request(&[
+            ("item_id", "INT64", &[2], TensorValues::Int64(vec![1, 2])),
+            (
+                "lang",
+                "BYTES",
+                &[2],
+                TensorValues::Bytes(vec![Bytes::from_static(b"en"), Bytes::from_static(b"de")]),
+            ),
+            (
+                "price",
+                "FP32",
+                &[3],
+                TensorValues::Fp32(vec![1.0, 2.0, 3.0]),
+            ),
+            ("short", "FP32", &[2], TensorValues::Fp32(vec![1.0, 2.0])),
+        ]);
+        // A datatype it does not copy, a row count that disagrees with the ids.
+        assert!(fast(&rule(&["lang"], Some("item_id")), &req).is_none());
+        assert!(fast(&rule(&["price"], Some("item_id")), &req).is_none());
+        // Rules that need the response or parameters.
+        let mut top = rule(&["short"], Some("item_id"));
+        top.top_k = Some(TopK {
+            by: "score".into(),
+            k: 1,
+        });
+        assert!(fast(&top, &req).is_none());
+        // Raw contents that do not match the shape.
+        let mut bad = req.clone();
+        bad.raw_input_contents[3] = Bytes::from_static(&[0, 0, 128]);
+        assert!(fast(&rule(&["short"], Some("item_id")), &bad).is_none());
+        // Typed contents.
+        let mut typed = req.clone();
+        typed.raw_input_contents.clear();
+        assert!(fast(&rule(&["short"], Some("item_id")), &typed).is_none());
+        // The eligible case still works.
+        assert_eq!(
+            fast(&rule(&["short"], Some("item_id")), &req).map(|r| r.row_count),
+            Some(2)
+        );
+    }
+}
