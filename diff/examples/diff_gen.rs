@@ -1,4 +1,5 @@
-//! Generates the `featurelog diff` benchmark's inputs: a served side laid out like the joiner's
+//! bench/diff.sh's generator (an example of this crate so that the benchmark builds without the
+//! rest of the workspace): generates the `featurelog diff` benchmark's inputs: a served side laid out like the joiner's
 //! output (hive partitions, one file per hour) and an offline side in one file, N rows x 20
 //! features each, with a few skews injected so that the comparison has work to report.
 
@@ -6,9 +7,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
 use arrow_array::{ArrayRef, Float32Array, Float64Array, Int64Array, RecordBatch, StringArray};
-use clap::Parser;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -16,17 +15,36 @@ use parquet::file::properties::WriterProperties;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[derive(Debug, Parser)]
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// `--out DIR [--rows N] [--files N]`: served/ (N rows in `files` hourly partitions) and
+/// offline.parquet under DIR.
 struct Args {
-    /// Output directory (gets served/ and offline.parquet).
-    #[arg(long)]
     out: PathBuf,
-    /// Rows per side.
-    #[arg(long, default_value_t = 10_000_000)]
     rows: usize,
-    /// Served files (hourly partitions).
-    #[arg(long, default_value_t = 10)]
     files: usize,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args {
+        out: PathBuf::new(),
+        rows: 10_000_000,
+        files: 10,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--out" => a.out = value.into(),
+            "--rows" => a.rows = value.parse()?,
+            "--files" => a.files = value.parse()?,
+            _ => return Err(format!("unknown flag {flag}").into()),
+        }
+    }
+    if a.out.as_os_str().is_empty() {
+        return Err("--out DIR is required".into());
+    }
+    Ok(a)
 }
 
 const LOCALES: [&str; 8] = [
@@ -50,7 +68,7 @@ fn unit(i: usize, salt: u64) -> f64 {
 }
 
 /// Rows `range` of one side; `offline` injects the skews.
-fn batch(range: std::ops::Range<usize>, offline: bool) -> anyhow::Result<RecordBatch> {
+fn batch(range: std::ops::Range<usize>, offline: bool) -> Result<RecordBatch> {
     // Offline drops 1% of the keys; both sides keep their rows otherwise aligned by key.
     let rows: Vec<usize> = range.filter(|&i| !(offline && i % 100 == 7)).collect();
     let mut cols: Vec<(String, ArrayRef)> = vec![
@@ -125,7 +143,7 @@ fn batch(range: std::ops::Range<usize>, offline: bool) -> anyhow::Result<RecordB
     Ok(RecordBatch::try_from_iter(cols)?)
 }
 
-fn write(path: &Path, range: std::ops::Range<usize>, offline: bool) -> anyhow::Result<()> {
+fn write(path: &Path, range: std::ops::Range<usize>, offline: bool) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -134,7 +152,7 @@ fn write(path: &Path, range: std::ops::Range<usize>, offline: bool) -> anyhow::R
         .set_max_row_group_row_count(Some(1 << 20))
         .build();
     let first = batch(range.start..range.start.min(range.end), offline)?;
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let file = File::create(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
     let mut w = ArrowWriter::try_new(file, first.schema(), Some(props))?;
     let mut start = range.start;
     while start < range.end {
@@ -146,11 +164,11 @@ fn write(path: &Path, range: std::ops::Range<usize>, offline: bool) -> anyhow::R
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> Result<()> {
+    let args = args()?;
     let per = args.rows.div_ceil(args.files.max(1));
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        let served = s.spawn(|| -> anyhow::Result<()> {
+    std::thread::scope(|s| -> Result<()> {
+        let served = s.spawn(|| -> Result<()> {
             for h in 0..args.files {
                 let range = (h * per).min(args.rows)..((h + 1) * per).min(args.rows);
                 let path = args
@@ -161,9 +179,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         });
         write(&args.out.join("offline.parquet"), 0..args.rows, true)?;
-        served
-            .join()
-            .map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
+        served.join().map_err(|_| "generator thread panicked")??;
         Ok(())
     })?;
     println!(
