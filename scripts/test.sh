@@ -33,6 +33,9 @@ install_missing() {
   command -v mvn >/dev/null || apt+=(maven)
   command -v python3 >/dev/null || apt+=(python3 python3-pip)
   command -v curl >/dev/null || apt+=(curl)
+  # The official Go toolchain, where the machine has one off the PATH; Debian's golang-go is
+  # the fallback (MinIO needs Go 1.21 or newer).
+  [[ -x /usr/local/go/bin/go ]] && export PATH=/usr/local/go/bin:$PATH
   command -v go >/dev/null || apt+=(golang-go)
   # tests/diff.rs opens the diff's HTML report in headless Chromium.
   command -v chromium >/dev/null || apt+=(chromium)
