@@ -332,7 +332,11 @@ pub async fn run(
     let stop_sidecar = CancellationToken::new();
     let sidecar = featurelog_sidecar::start(sidecar_config, stop_sidecar.clone()).await?;
 
-    // The joiner: short windows, so that the demo's rows are final seconds after its traffic.
+    // The joiner: a short label window, so that the demo's rows are final seconds after its
+    // traffic. The waits stay long: on a fresh broker the router's first transaction can take
+    // seconds (the transaction coordinator loads), and with the idle timeout moving the
+    // watermark on the wall clock meanwhile, waits shorter than that expired the features
+    // before their impressions came through (rows lost to the windows, as configured).
     let join_toml = out.join("join.toml");
     write(
         &join_toml,
@@ -340,7 +344,7 @@ pub async fn run(
             "group = \"{group}\"\ninstance = \"demo\"\n[kafka]\nbootstrap-servers = \"{bootstrap}\"\n\
              [input]\nfeatures-topic = \"{features}\"\nevents-topic = \"{events}\"\n\
              events-format = \"json\"\ndead-letter-topic = \"{dlq}\"\n\
-             [join]\nfeatures-wait = \"3s\"\nimpressions-wait = \"3s\"\nlabel-window = \"2s\"\n\
+             [join]\nfeatures-wait = \"1m\"\nimpressions-wait = \"1m\"\nlabel-window = \"2s\"\n\
              max-out-of-orderness = \"0s\"\nidle-timeout = \"1s\"\n\
              [output]\npath = \"dataset\"\nflush-interval = \"1s\"\n\
              [metrics]\nlisten = \"127.0.0.1:0\"\n",
