@@ -28,14 +28,8 @@ log="$run/kafka.log"
 
 say() { printf 'kafka.sh: %s\n' "$*" >&2; }
 
-running_pid() {
-  [[ -f $pidfile ]] || return 1
-  local pid
-  pid=$(<"$pidfile")
-  kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# running_pid, port_open, stop, status.
+source "$root/scripts/lib/daemon.sh"
 
 fetch() {
   if [[ -f $libs/.complete ]]; then return; fi
@@ -138,36 +132,6 @@ start() {
     sleep 0.5
   done
   say "ready: FEATURELOG_KAFKA=127.0.0.1:$port"
-}
-
-stop() {
-  local pid
-  if ! pid=$(running_pid); then
-    say "not running"
-    rm -f "$pidfile"
-    return 0
-  fi
-  kill -TERM "$pid"
-  local deadline=$((SECONDS + 30))
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS > deadline)); then
-      say "no clean stop within 30 s; killing pid $pid"
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.3
-  done
-  rm -f "$pidfile"
-  say "stopped"
-}
-
-status() {
-  if pid=$(running_pid); then
-    say "running (pid $pid) on 127.0.0.1:$port"
-  else
-    say "not running"
-    return 1
-  fi
 }
 
 case "${1:-}" in

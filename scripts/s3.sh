@@ -34,14 +34,8 @@ log="$run/minio.log"
 
 say() { printf 's3.sh: %s\n' "$*" >&2; }
 
-running_pid() {
-  [[ -f $pidfile ]] || return 1
-  local pid
-  pid=$(<"$pidfile")
-  kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# running_pid, port_open, stop, status.
+source "$root/scripts/lib/daemon.sh"
 
 fetch() {
   if [[ -x $bin ]]; then return; fi
@@ -91,36 +85,6 @@ start() {
   AWS_ACCESS_KEY_ID=$access_key AWS_SECRET_ACCESS_KEY=$secret_key \
     python3 "$root/scripts/s3/bucket.py" "http://127.0.0.1:$port" "$bucket" || { stop; exit 1; }
   say "ready: FEATURELOG_S3=http://127.0.0.1:$port bucket $bucket"
-}
-
-stop() {
-  local pid
-  if ! pid=$(running_pid); then
-    say "not running"
-    rm -f "$pidfile"
-    return 0
-  fi
-  kill -TERM "$pid"
-  local deadline=$((SECONDS + 30))
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS > deadline)); then
-      say "no clean stop within 30 s; killing pid $pid"
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.3
-  done
-  rm -f "$pidfile"
-  say "stopped"
-}
-
-status() {
-  if pid=$(running_pid); then
-    say "running (pid $pid) on 127.0.0.1:$port"
-  else
-    say "not running"
-    return 1
-  fi
 }
 
 case "${1:-}" in
