@@ -143,7 +143,8 @@ fn bytes_field_len(field: u32, len: usize) -> usize {
     }
 }
 
-/// One logged feature, ready to encode.
+/// One logged feature, ready to encode, with its lengths worked out once (protobuf prefixes
+/// each message with its length, and the record's capacity is their sum).
 struct Column<'a> {
     name: &'a [u8],
     datatype: DataType,
@@ -151,53 +152,68 @@ struct Column<'a> {
     row_shape: &'a [i64],
     per_request: bool,
     raw: &'a [u8],
+    /// Bytes of the packed values, of the `Values` message, of the packed row shape, and of
+    /// the whole `Feature` message.
+    packed: usize,
+    values: usize,
+    shape: usize,
+    len: usize,
 }
 
-impl Column<'_> {
-    /// Length of the packed values and of the whole `Values` message.
-    fn values_len(&self) -> (usize, usize) {
-        let (field, packed) = match self.kind {
-            Kind::Fixed { field, .. } => (field, self.raw.len()),
+impl<'a> Column<'a> {
+    fn new(
+        name: &'a [u8],
+        (datatype, kind): (DataType, Kind),
+        row_shape: &'a [i64],
+        per_request: bool,
+        raw: &'a [u8],
+    ) -> Self {
+        let (field, packed) = match kind {
+            Kind::Fixed { field, .. } => (field, raw.len()),
             Kind::Signed { field, size } => (
                 field,
-                signed(self.raw, size).map(|v| varint_len(zigzag(v))).sum(),
+                signed(raw, size).map(|v| varint_len(zigzag(v))).sum(),
             ),
         };
-        (packed, bytes_field_len(field, packed))
-    }
-
-    fn row_shape_len(&self) -> usize {
-        self.row_shape.iter().map(|&d| varint_len(d as u64)).sum()
-    }
-
-    fn encoded_len(&self) -> usize {
-        let (_, values) = self.values_len();
-        bytes_field_len(1, self.name.len())
+        let values = bytes_field_len(field, packed);
+        let shape = row_shape.iter().map(|&d| varint_len(d as u64)).sum();
+        let len = bytes_field_len(1, name.len())
             + 1
-            + varint_len(self.datatype as u64)
-            + bytes_field_len(3, self.row_shape_len())
+            + varint_len(datatype as u64)
+            + bytes_field_len(3, shape)
             // `values` is always present, even when empty.
             + 1
             + varint_len(values as u64)
             + values
-            + if self.per_request { 2 } else { 0 }
+            + if per_request { 2 } else { 0 };
+        Self {
+            name,
+            datatype,
+            kind,
+            row_shape,
+            per_request,
+            raw,
+            packed,
+            values,
+            shape,
+            len,
+        }
     }
 
     fn encode(&self, buf: &mut Vec<u8>) {
         bytes_field(buf, 1, self.name);
         key(buf, 2, WireType::Varint);
         encode_varint(self.datatype as u64, buf);
-        let shape_len = self.row_shape_len();
-        if shape_len > 0 {
+        if self.shape > 0 {
             key(buf, 3, WireType::LengthDelimited);
-            encode_varint(shape_len as u64, buf);
+            encode_varint(self.shape as u64, buf);
             for &d in self.row_shape {
                 encode_varint(d as u64, buf);
             }
         }
-        let (packed, values) = self.values_len();
+        let packed = self.packed;
         key(buf, 4, WireType::LengthDelimited);
-        encode_varint(values as u64, buf);
+        encode_varint(self.values as u64, buf);
         if packed > 0 {
             match self.kind {
                 Kind::Fixed { field, .. } => {
@@ -292,14 +308,13 @@ pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Opti
             Some(1) => true,
             Some(_) => return None,
         };
-        columns.push(Column {
-            name: h.name,
-            datatype: *datatype,
-            kind: *kind,
-            row_shape: h.shape.get(1..).unwrap_or(&[]),
+        columns.push(Column::new(
+            h.name,
+            (*datatype, *kind),
+            h.shape.get(1..).unwrap_or(&[]),
             per_request,
             raw,
-        });
+        ));
     }
     let row_count = u32::try_from(rows).unwrap_or(u32::MAX);
 
@@ -330,10 +345,7 @@ pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Opti
         + ids_len
         + columns
             .iter()
-            .map(|c| {
-                let len = c.encoded_len();
-                1 + varint_len(len as u64) + len
-            })
+            .map(|c| 1 + varint_len(c.len as u64) + c.len)
             .sum::<usize>();
 
     let mut buf = Vec::with_capacity(capacity);
@@ -368,7 +380,7 @@ pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Opti
     }
     for c in &columns {
         key(&mut buf, 9, WireType::LengthDelimited);
-        encode_varint(c.encoded_len() as u64, &mut buf);
+        encode_varint(c.len as u64, &mut buf);
         c.encode(&mut buf);
     }
     Some((buf, row_count))
