@@ -82,6 +82,7 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
         max_out_of_orderness_us: 0,
         negatives_rate: 0.0,
         max_bytes: usize::MAX,
+        event_sources: 1,
     });
     let mut rows = Vec::new();
     rows.extend(state.add_features(log("r1", T0, &["a", "b", "c"], "en-US")));
@@ -99,6 +100,8 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
     // Time passes on both inputs so the label windows close.
     rows.extend(state.add_features(log("r3", T0 + 2 * HOUR_US, &["z"], "fr")));
     rows.extend(state.add_event(event("r3", "q", T0 + 2 * HOUR_US, EventKind::Click)));
+    // The router's progress: the one events partition is routed up to there.
+    rows.extend(state.source_progress(0, T0 + 2 * HOUR_US));
     assert_eq!(rows.len(), 3, "b and c of r1, x of r2");
 
     let dir = tempfile::tempdir().unwrap();

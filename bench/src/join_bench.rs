@@ -260,6 +260,7 @@ async fn main() -> anyhow::Result<()> {
         max_out_of_orderness_us: 0,
         negatives_rate: 0.0,
         max_bytes: usize::MAX,
+        event_sources: 1,
     });
     let n = logs.len();
     for log in logs {

@@ -106,8 +106,11 @@ pub struct WindowConfig {
     /// How far behind the newest event of an input older events may still arrive.
     #[serde(default = "default_out_of_orderness", with = "humantime_serde")]
     pub max_out_of_orderness: Duration,
-    /// When a task has read nothing for this long, its watermark moves to the wall clock
-    /// (minus `max-out-of-orderness`), so windows close and hours complete in quiet periods.
+    /// When an input partition has been read to its end and nothing new came for this long, its
+    /// side of the watermark moves to the wall clock (minus `max-out-of-orderness`), so windows
+    /// close and hours complete in quiet periods. The router decides it for each events
+    /// partition and says so in the repartition topic; a join task decides it for its
+    /// feature-log partition.
     #[serde(default = "default_idle_timeout", with = "humantime_serde")]
     pub idle_timeout: Duration,
     /// Fraction of scored, never impressed candidates written as negatives.
@@ -360,8 +363,8 @@ impl JoinerConfig {
             .unwrap_or_else(|| format!("pid{}", std::process::id()))
     }
 
-    /// The join state's settings.
-    pub fn join_config(&self) -> crate::state::JoinConfig {
+    /// The join's windows and bounds, for an events topic of `event_sources` partitions.
+    pub fn join_config(&self, event_sources: u32) -> crate::state::JoinConfig {
         let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
         crate::state::JoinConfig {
             features_wait_us: us(self.join.features_wait),
@@ -370,6 +373,7 @@ impl JoinerConfig {
             max_out_of_orderness_us: us(self.join.max_out_of_orderness),
             negatives_rate: self.join.negatives_sample_rate,
             max_bytes: self.join.state_max_bytes,
+            event_sources,
         }
     }
 }
@@ -405,7 +409,7 @@ mod tests {
             c.repartition_topic(),
             "featurelog-joiner.impressions-by-request"
         );
-        assert_eq!(c.join_config().features_wait_us, 1_800_000_000);
+        assert_eq!(c.join_config(1).features_wait_us, 1_800_000_000);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! runs one task per partition and commits rows, state and offsets together through the
 //! dataset's checkpoints.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -135,7 +135,12 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         )
         .await?;
     }
-    tracing::info!(%features, partitions, %repartition, "joiner starting");
+    let events = &config.input.events_topic;
+    let event_sources =
+        featurelog_kafka::admin::partition_count(kafka, events, Duration::from_secs(30))
+            .await?
+            .ok_or_else(|| JoinError::NoTopic(events.clone()))?;
+    tracing::info!(%features, partitions, %events, event_sources, %repartition, "joiner starting");
 
     let metrics = Arc::new(JoinMetrics::new());
     let listen = config.metrics.listen;
@@ -155,8 +160,20 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
     ));
 
     let stop = shutdown.child_token();
-    let router = tokio::spawn(router(config.clone(), metrics.clone(), stop.clone()));
-    let joined = join(config.clone(), partitions, metrics.clone(), stop.clone()).await;
+    let router = tokio::spawn(router(
+        config.clone(),
+        partitions,
+        metrics.clone(),
+        stop.clone(),
+    ));
+    let joined = join(
+        config.clone(),
+        partitions,
+        u32::try_from(event_sources).unwrap_or(0),
+        metrics.clone(),
+        stop.clone(),
+    )
+    .await;
     ready.store(false, std::sync::atomic::Ordering::SeqCst);
     // Whatever ended first, the other stops too.
     stop.cancel();
@@ -222,9 +239,119 @@ fn to_impression(e: &Event) -> Impression {
     }
 }
 
+/// What the router reports of its progress, in every partition of the repartition topic after
+/// the events of each transaction that changed it (docs/JOINER.md, "Watermarks"): by events
+/// partition, the event time up to which its events have been routed. A record without a key
+/// and with the `featurelog-progress` header.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RouterProgress {
+    #[prost(btree_map = "int32, int64", tag = "1")]
+    sources: BTreeMap<i32, i64>,
+}
+
+const PROGRESS_HEADER: &str = "featurelog-progress";
+
+/// The router's view of one assigned events partition.
+struct Source {
+    /// The newest event time routed from it (`i64::MIN`: none yet).
+    routed_us: i64,
+    /// When a record of it was last read, or when it was assigned.
+    last_seen: std::time::Instant,
+    /// Where reading starts when nothing has been read yet (its committed offset), looked up
+    /// once: librdkafka knows no position before the first message.
+    start: Option<i64>,
+}
+
+/// The progress to report for each assigned events partition: what was routed, or the wall
+/// clock for a partition read to its end that has been quiet for `idle`. A partition that is
+/// merely behind never reports idle, however long the router takes (a transaction coordinator
+/// loading, a backlog on another partition): that is what keeps its events' windows open.
+fn router_progress(
+    consumer: &StreamConsumer,
+    topic: &str,
+    sources: &mut HashMap<i32, Source>,
+    idle: Duration,
+) -> BTreeMap<i32, i64> {
+    let mut out = BTreeMap::new();
+    let (Ok(assignment), Ok(positions)) = (consumer.assignment(), consumer.position()) else {
+        return out;
+    };
+    let assigned: Vec<i32> = assignment
+        .elements_for_topic(topic)
+        .iter()
+        .map(|e| e.partition())
+        .collect();
+    sources.retain(|p, _| assigned.contains(p));
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    for p in assigned {
+        let source = sources.entry(p).or_insert_with(|| Source {
+            routed_us: i64::MIN,
+            last_seen: std::time::Instant::now(),
+            start: None,
+        });
+        let position = match positions.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => {
+                if source.start.is_none() && source.last_seen.elapsed() >= idle {
+                    source.start = start_offset(consumer, topic, p);
+                }
+                source.start
+            }
+        };
+        let mut at = source.routed_us;
+        // Asking the broker costs a round trip, so only a partition quiet for long enough asks.
+        if source.last_seen.elapsed() >= idle
+            && position.is_some_and(|at| read_to_end(consumer, topic, p, at))
+        {
+            at = at.max(now_us);
+        }
+        if at != i64::MIN {
+            out.insert(p, at);
+        }
+    }
+    out
+}
+
+/// Whether `next` (the next offset to read) is the end of the partition.
+fn read_to_end<C: Consumer<X>, X: ConsumerContext>(
+    consumer: &C,
+    topic: &str,
+    partition: i32,
+    next: i64,
+) -> bool {
+    tokio::task::block_in_place(|| {
+        consumer.fetch_watermarks(topic, partition, Duration::from_secs(5))
+    })
+    .is_ok_and(|(low, high)| next >= high || low == high)
+}
+
+/// The committed offset of a partition the router has read nothing of (its low watermark when
+/// none is committed, as `auto.offset.reset = earliest` reads it).
+fn start_offset(consumer: &StreamConsumer, topic: &str, partition: i32) -> Option<i64> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    let committed =
+        tokio::task::block_in_place(|| consumer.committed_offsets(tpl, Duration::from_secs(10)))
+            .ok()?;
+    match committed.find_partition(topic, partition)?.offset() {
+        Offset::Offset(o) => Some(o),
+        _ => {
+            let (low, _) = tokio::task::block_in_place(|| {
+                consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))
+            })
+            .ok()?;
+            Some(low)
+        }
+    }
+}
+
 /// Moves app events to the repartition topic, keyed by request id, exactly once.
 async fn router(
     config: Arc<JoinerConfig>,
+    partitions: i32,
     metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
@@ -263,6 +390,8 @@ async fn router(
         .map_err(client("beginning a transaction"))?;
     let repartition = config.repartition_topic();
     let mut next: HashMap<(String, i32), i64> = HashMap::new();
+    let mut sources: HashMap<i32, Source> = HashMap::new();
+    let mut reported: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tokio::select! {
@@ -271,8 +400,32 @@ async fn router(
                 return Ok(());
             }
             _ = tick.tick() => {
-                if !next.is_empty() {
-                    commit_router(&producer, &consumer, &mut next)?;
+                let progress = router_progress(&consumer, &config.input.events_topic, &mut sources, config.join.idle_timeout);
+                let report = !progress.is_empty() && progress != reported;
+                if report {
+                    let bytes = RouterProgress { sources: progress.clone() }.encode_to_vec();
+                    for partition in 0..partitions {
+                        let mut record = BaseRecord::<str, [u8]>::to(&repartition)
+                            .partition(partition)
+                            .payload(&bytes)
+                            .headers(OwnedHeaders::new().insert(Header { key: PROGRESS_HEADER, value: Some("1") }));
+                        loop {
+                            match producer.send(record) {
+                                Ok(()) => break,
+                                Err((RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                                    producer.poll(Duration::from_millis(50));
+                                    record = r;
+                                }
+                                Err((err, _)) => return Err(client("reporting router progress")(err)),
+                            }
+                        }
+                    }
+                    reported = progress;
+                }
+                if (!next.is_empty() || report) && !commit_router(&producer, &consumer, &mut next)? {
+                    // The rewound events are routed again: progress restarts from them.
+                    sources.clear();
+                    reported.clear();
                 }
             }
             message = consumer.recv() => {
@@ -288,8 +441,15 @@ async fn router(
                     EventFormat::Protobuf => event::from_protobuf(payload),
                     EventFormat::Json => event::from_json(payload, &config.input.json_fields),
                 };
+                let source = sources.entry(message.partition()).or_insert_with(|| Source {
+                    routed_us: i64::MIN,
+                    last_seen: std::time::Instant::now(),
+                    start: None,
+                });
+                source.last_seen = std::time::Instant::now();
                 match decoded {
                     Ok(e) => {
+                        source.routed_us = source.routed_us.max(e.time_us);
                         let bytes = to_impression(&e).encode_to_vec();
                         let mut record = BaseRecord::<str, [u8]>::to(&repartition)
                             .key(e.request_id.as_str())
@@ -319,11 +479,12 @@ async fn router(
 
 /// Commits the router's open transaction with its input offsets; on an abortable error
 /// (a rebalance fenced the offsets), aborts and rewinds the consumer to what is committed.
+/// Returns false when it aborted.
 fn commit_router(
     producer: &BaseProducer,
     consumer: &StreamConsumer,
     next: &mut HashMap<(String, i32), i64>,
-) -> Result<(), JoinError> {
+) -> Result<bool, JoinError> {
     let mut offsets = TopicPartitionList::new();
     for ((topic, partition), offset) in next.iter() {
         offsets
@@ -336,19 +497,21 @@ fn commit_router(
         producer.send_offsets_to_transaction(&offsets, &metadata, Duration::from_secs(30))?;
         producer.commit_transaction(Duration::from_secs(30))
     });
-    match result {
-        Ok(()) => {}
+    let committed = match result {
+        Ok(()) => true,
         Err(RdKafkaError::Transaction(e)) if e.txn_requires_abort() => {
             tracing::warn!(error = %e, "router transaction aborted; rewinding to committed offsets");
             tokio::task::block_in_place(|| producer.abort_transaction(Duration::from_secs(30)))
                 .map_err(client("aborting a transaction"))?;
             rewind(consumer)?;
+            false
         }
         Err(err) => return Err(client("committing a router transaction")(err)),
-    }
+    };
     producer
         .begin_transaction()
-        .map_err(client("beginning a transaction"))
+        .map_err(client("beginning a transaction"))?;
+    Ok(committed)
 }
 
 fn rewind(consumer: &StreamConsumer) -> Result<(), JoinError> {
@@ -392,8 +555,8 @@ impl ConsumerContext for Revocations {
 
 struct Task {
     name: String,
-    /// When the task last read a message (for the idle watermark).
-    last_message: std::time::Instant,
+    /// When the task last read a feature log (for the features' idle watermark).
+    last_features: std::time::Instant,
     state: JoinState,
     /// The next offset to take from the features (0) and events (1) partitions.
     next: [i64; 2],
@@ -404,27 +567,32 @@ struct Task {
     reported: crate::state::Counts,
 }
 
-fn recover(dataset: &Dataset, name: &str, config: &JoinerConfig) -> Result<Task, JoinError> {
+fn recover(
+    dataset: &Dataset,
+    name: &str,
+    config: &JoinerConfig,
+    event_sources: u32,
+) -> Result<Task, JoinError> {
     let checkpoint = dataset.recover(name)?;
     let (state, next, epoch) = match checkpoint {
         Some(cp) => {
             let state = match &cp.state {
                 Some(path) => {
                     let bytes = dataset.read_state(path)?;
-                    JoinState::restore(config.join_config(), &bytes).map_err(|message| {
-                        JoinError::Restore {
+                    JoinState::restore(config.join_config(event_sources), &bytes).map_err(
+                        |message| JoinError::Restore {
                             task: name.to_owned(),
                             path: path.clone(),
                             message,
-                        }
-                    })?
+                        },
+                    )?
                 }
-                None => JoinState::new(config.join_config()),
+                None => JoinState::new(config.join_config(event_sources)),
             };
             let at = |k: &str| cp.offsets.get(k).copied().unwrap_or(0);
             (state, [at("features"), at("events")], cp.epoch)
         }
-        None => (JoinState::new(config.join_config()), [0, 0], 0),
+        None => (JoinState::new(config.join_config(event_sources)), [0, 0], 0),
     };
     tracing::info!(
         task = name,
@@ -435,7 +603,7 @@ fn recover(dataset: &Dataset, name: &str, config: &JoinerConfig) -> Result<Task,
     );
     Ok(Task {
         name: name.to_owned(),
-        last_message: std::time::Instant::now(),
+        last_features: std::time::Instant::now(),
         state,
         next,
         epoch,
@@ -495,6 +663,7 @@ fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bo
 async fn join(
     config: Arc<JoinerConfig>,
     partitions: i32,
+    event_sources: u32,
     metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
@@ -528,7 +697,7 @@ async fn join(
     // An hour is complete once every task's watermark is past its end plus the longest time a
     // row of it can still be emitted (docs/JOINER.md, "Completeness").
     let completeness_lag = {
-        let j = config.join_config();
+        let j = config.join_config(event_sources);
         j.features_wait_us
             .saturating_add(j.label_window_us.unwrap_or(0))
     };
@@ -562,14 +731,15 @@ async fn join(
                 drop_revoked(&mut tasks);
                 let idle = config.join.idle_timeout;
                 let ooo = i64::try_from(config.join.max_out_of_orderness.as_micros()).unwrap_or(i64::MAX);
-                for task in tasks.values_mut() {
-                    if task.last_message.elapsed() >= idle {
+                for (p, task) in tasks.iter_mut() {
+                    // Only a partition read to its end is quiet; one that is behind is not.
+                    if task.last_features.elapsed() >= idle && read_to_end(&consumer, &features_topic, *p, task.next[0]) {
                         let now_us = std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
                             .unwrap_or(0);
                         let before = task.state.watermark_us();
-                        let rows = task.state.idle_advance(now_us.saturating_sub(ooo));
+                        let rows = task.state.features_idle(now_us.saturating_sub(ooo));
                         if !rows.is_empty() || task.state.watermark_us() != before {
                             task.dirty = true;
                             task.rows.extend(rows);
@@ -621,7 +791,7 @@ async fn join(
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
                         let name = format!("{features_topic}-{p}");
-                        e.insert(tokio::task::block_in_place(|| recover(&dataset, &name, &config))?)
+                        e.insert(tokio::task::block_in_place(|| recover(&dataset, &name, &config, event_sources))?)
                     }
                 };
                 // Already covered by the task's checkpoint: its rows are in the dataset.
@@ -630,9 +800,9 @@ async fn join(
                 }
                 task.next[input] = message.offset() + 1;
                 task.dirty = true;
-                task.last_message = std::time::Instant::now();
                 let payload = message.payload().unwrap_or_default();
                 let rows = if input == 0 {
+                    task.last_features = std::time::Instant::now();
                     match FeatureLog::decode(payload).map_err(|e| e.to_string()).and_then(|log| {
                         crate::rows::validate(&log).map_err(|e| e.to_string()).map(|()| log)
                     }) {
@@ -640,6 +810,20 @@ async fn join(
                         Err(reason) => {
                             tracing::debug!(%reason, "bad feature log");
                             dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_feature_log", &metrics);
+                            task.state.advance()
+                        }
+                    }
+                } else if message.key().is_none() && is_progress(&message) {
+                    match RouterProgress::decode(payload) {
+                        Ok(progress) => {
+                            let mut rows = Vec::new();
+                            for (source, up_to_us) in progress.sources {
+                                rows.extend(task.state.source_progress(source, up_to_us));
+                            }
+                            rows
+                        }
+                        Err(_) => {
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_router_progress", &metrics);
                             task.state.advance()
                         }
                     }
@@ -656,6 +840,13 @@ async fn join(
             }
         }
     }
+}
+
+fn is_progress(message: &rdkafka::message::BorrowedMessage<'_>) -> bool {
+    use rdkafka::message::Headers;
+    message
+        .headers()
+        .is_some_and(|h| h.iter().any(|h| h.key == PROGRESS_HEADER))
 }
 
 /// Kafka's committed offsets are for lag monitoring only; the checkpoints are the truth. They

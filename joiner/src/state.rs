@@ -30,6 +30,9 @@ pub struct JoinConfig {
     pub negatives_rate: f64,
     /// A bound on the estimated bytes held; past it the oldest features are evicted.
     pub max_bytes: usize,
+    /// Partitions of the events topic: the events' side of the watermark is the lowest of their
+    /// routed progress, and stays unknown until every one of them has reported.
+    pub event_sources: u32,
 }
 
 /// What the events said about a candidate.
@@ -138,6 +141,11 @@ pub struct JoinState {
     emitted: HashMap<String, HashSet<String>>,
     max_features_us: i64,
     max_events_us: i64,
+    /// Event time up to which each events-topic partition has been routed (see
+    /// [`JoinState::source_progress`]).
+    sources: BTreeMap<i32, i64>,
+    /// Where the features input was last declared quiet (see [`JoinState::features_idle`]).
+    features_idle_us: i64,
     watermark_us: i64,
     bytes: usize,
     /// What happened so far.
@@ -179,6 +187,8 @@ impl JoinState {
             emitted: HashMap::new(),
             max_features_us: i64::MIN,
             max_events_us: i64::MIN,
+            sources: BTreeMap::new(),
+            features_idle_us: i64::MIN,
             watermark_us: i64::MIN,
             bytes: 0,
             counts: Counts::default(),
@@ -195,11 +205,26 @@ impl JoinState {
         self.max_features_us.max(self.max_events_us)
     }
 
-    /// Moves the watermark to `to_us` (if that is later) although the inputs have not shown it:
-    /// the runtime calls this when both inputs have been quiet for the idle timeout, so that
-    /// windows close in quiet periods too. Returns the rows that completes.
-    pub fn idle_advance(&mut self, to_us: i64) -> Vec<Row> {
-        self.watermark_us = self.watermark_us.max(to_us);
+    /// Records that the router has moved every event of events-topic partition `source` up to
+    /// event time `up_to_us` into this task's input (or that the partition is caught up and
+    /// quiet, with `up_to_us` the router's clock). The events' side of the watermark is the
+    /// lowest of all partitions' progress: a router that reads one partition ahead of another,
+    /// as after a restart with a backlog, must not close windows that the slower partition's
+    /// events still fall into. Returns the rows that completes.
+    pub fn source_progress(&mut self, source: i32, up_to_us: i64) -> Vec<Row> {
+        let at = self.sources.entry(source).or_insert(i64::MIN);
+        *at = (*at).max(up_to_us);
+        let mut out = Vec::new();
+        self.advance_into(&mut out);
+        out
+    }
+
+    /// Moves the features' side of the watermark to `to_us` (if that is later) although no
+    /// record has shown it: the runtime calls this when the task has read its whole feature-log
+    /// partition and nothing came for the idle timeout, so that windows close in quiet periods.
+    /// Returns the rows that completes.
+    pub fn features_idle(&mut self, to_us: i64) -> Vec<Row> {
+        self.features_idle_us = self.features_idle_us.max(to_us);
         let mut out = Vec::new();
         self.advance_into(&mut out);
         out
@@ -416,9 +441,24 @@ impl JoinState {
     }
 
     fn advance_into(&mut self, out: &mut Vec<Row>) {
-        let newest = self.max_features_us.min(self.max_events_us);
-        if newest != i64::MIN {
-            let candidate = newest.saturating_sub(self.config.max_out_of_orderness_us);
+        let ooo = self.config.max_out_of_orderness_us;
+        let features = if self.max_features_us == i64::MIN {
+            self.features_idle_us
+        } else {
+            self.max_features_us
+                .saturating_sub(ooo)
+                .max(self.features_idle_us)
+        };
+        let events = if self.sources.len() < self.config.event_sources as usize {
+            i64::MIN
+        } else {
+            self.sources
+                .values()
+                .min()
+                .map_or(i64::MIN, |&t| t.saturating_sub(ooo))
+        };
+        let candidate = features.min(events);
+        if candidate != i64::MIN {
             self.watermark_us = self.watermark_us.max(candidate);
         }
         let wm = self.watermark_us;
@@ -504,6 +544,10 @@ struct SnapshotHeader {
     max_events_us: i64,
     #[prost(int64, tag = "7")]
     watermark_us: i64,
+    #[prost(btree_map = "int32, int64", tag = "8")]
+    sources: BTreeMap<i32, i64>,
+    #[prost(int64, optional, tag = "9")]
+    features_idle_us: Option<i64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -602,6 +646,8 @@ impl JoinState {
             max_features_us: self.max_features_us,
             max_events_us: self.max_events_us,
             watermark_us: self.watermark_us,
+            sources: self.sources.clone(),
+            features_idle_us: Some(self.features_idle_us),
         };
         let logs_len: usize = held.iter().map(|(_, f)| f.bytes).sum();
         let mut out = Vec::with_capacity(header.encoded_len() + logs_len + 16);
@@ -679,6 +725,8 @@ impl JoinState {
         state.max_features_us = header.max_features_us;
         state.max_events_us = header.max_events_us;
         state.watermark_us = header.watermark_us;
+        state.sources = header.sources;
+        state.features_idle_us = header.features_idle_us.unwrap_or(i64::MIN);
         Ok(state)
     }
 }
@@ -697,6 +745,22 @@ mod tests {
             max_out_of_orderness_us: 0,
             negatives_rate: 0.0,
             max_bytes: usize::MAX,
+            event_sources: 1,
+        }
+    }
+
+    /// Takes an event as the runtime does when a single events partition is routed in order:
+    /// the event, then the router's progress past it.
+    trait Feed {
+        fn feed(&mut self, e: Event) -> Vec<Row>;
+    }
+
+    impl Feed for JoinState {
+        fn feed(&mut self, e: Event) -> Vec<Row> {
+            let t = e.time_us;
+            let mut rows = self.add_event(e);
+            rows.extend(self.source_progress(0, t));
+            rows
         }
     }
 
@@ -733,12 +797,12 @@ mod tests {
     fn either_side_may_come_first() {
         let mut s = JoinState::new(config(None));
         assert!(s.add_features(log("r1", 0, &["a", "b"])).is_empty());
-        let rows = s.add_event(event("r1", "b", 1, EventKind::Impression));
+        let rows = s.feed(event("r1", "b", 1, EventKind::Impression));
         assert_eq!(keys(&rows), [("r1".into(), "b".into())]);
         assert_eq!(rows[0].row, 1);
 
         assert!(
-            s.add_event(event("r2", "x", 2, EventKind::Impression))
+            s.feed(event("r2", "x", 2, EventKind::Impression))
                 .is_empty()
         );
         let rows = s.add_features(log("r2", 2, &["x"]));
@@ -751,34 +815,25 @@ mod tests {
         let mut s = JoinState::new(config(Some(10 * MIN)));
         s.add_features(log("r1", 0, &["a", "b"]));
         assert!(
-            s.add_event(event("r1", "a", 1, EventKind::Impression))
+            s.feed(event("r1", "a", 1, EventKind::Impression))
                 .is_empty()
         );
-        assert!(
-            s.add_event(event("r1", "a", 3, EventKind::Click))
-                .is_empty()
-        );
+        assert!(s.feed(event("r1", "a", 3, EventKind::Click)).is_empty());
         let mut conv = event("r1", "a", 4, EventKind::Conversion);
         conv.labels.insert("revenue".into(), 12.5);
-        assert!(s.add_event(conv).is_empty());
+        assert!(s.feed(conv).is_empty());
         // Time moves on both inputs: the window (1 + 10 min) closes at 11.
         s.add_features(log("r9", 10, &["z"]));
-        assert!(
-            s.add_event(event("r9", "z", 10, EventKind::Click))
-                .is_empty()
-        );
+        assert!(s.feed(event("r9", "z", 10, EventKind::Click)).is_empty());
         s.add_features(log("r8", 12, &["y"]));
-        let rows = s.add_event(event("r8", "y", 12, EventKind::Click));
+        let rows = s.feed(event("r8", "y", 12, EventKind::Click));
         assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
         assert_eq!(rows[0].labels.clicks, 1);
         assert_eq!(rows[0].labels.conversions, 1);
         assert_eq!(rows[0].labels.values.get("revenue"), Some(&12.5));
         assert_eq!(rows[0].impression_time_us, Some(MIN));
         // A click after the row was emitted is late, not a second row.
-        assert!(
-            s.add_event(event("r1", "a", 12, EventKind::Click))
-                .is_empty()
-        );
+        assert!(s.feed(event("r1", "a", 12, EventKind::Click)).is_empty());
         assert_eq!(s.counts.late, 1);
     }
 
@@ -788,13 +843,13 @@ mod tests {
         c.negatives_rate = 1.0;
         let mut s = JoinState::new(c);
         s.add_features(log("r1", 0, &["a", "b", "c"]));
-        s.add_event(event("r1", "a", 1, EventKind::Impression));
-        s.add_event(event("lost", "q", 1, EventKind::Impression));
-        s.add_event(event("r1", "zzz", 1, EventKind::Impression));
+        s.feed(event("r1", "a", 1, EventKind::Impression));
+        s.feed(event("lost", "q", 1, EventKind::Impression));
+        s.feed(event("r1", "zzz", 1, EventKind::Impression));
         // Both inputs reach minute 40: r1's features (30 min) and the lost impression (5 min)
         // have expired.
         s.add_features(log("late-req", 40, &["k"]));
-        let rows = s.add_event(event("late-req", "k", 40, EventKind::Impression));
+        let rows = s.feed(event("late-req", "k", 40, EventKind::Impression));
         let negatives: Vec<_> = rows
             .iter()
             .filter(|r| r.impression_time_us.is_none())
@@ -814,11 +869,11 @@ mod tests {
     fn the_watermark_never_moves_back() {
         let mut s = JoinState::new(config(None));
         s.add_features(log("r1", 20, &["a"]));
-        s.add_event(event("r1", "a", 20, EventKind::Impression));
+        s.feed(event("r1", "a", 20, EventKind::Impression));
         let wm = s.watermark_us();
         assert_eq!(wm, 20 * MIN);
         s.add_features(log("r2", 3, &["a"]));
-        s.add_event(event("r2", "a", 3, EventKind::Impression));
+        s.feed(event("r2", "a", 3, EventKind::Impression));
         assert_eq!(s.watermark_us(), wm);
     }
 
@@ -835,11 +890,7 @@ mod tests {
         assert_eq!(s.requests(), 2);
         assert!(s.bytes() <= s.config.max_bytes);
         // The newest survived and still joins.
-        assert_eq!(
-            s.add_event(event("r3", "a", 3, EventKind::Impression))
-                .len(),
-            1
-        );
+        assert_eq!(s.feed(event("r3", "a", 3, EventKind::Impression)).len(), 1);
     }
 
     #[test]
@@ -848,17 +899,17 @@ mod tests {
             let mut s = JoinState::new(config(Some(10 * MIN)));
             let mut rows = Vec::new();
             rows.extend(s.add_features(log("r1", 0, &["a", "b", "c"])));
-            rows.extend(s.add_event(event("r1", "a", 1, EventKind::Impression)));
-            rows.extend(s.add_event(event("r1", "b", 2, EventKind::Click)));
-            rows.extend(s.add_event(event("r2", "x", 2, EventKind::Impression)));
+            rows.extend(s.feed(event("r1", "a", 1, EventKind::Impression)));
+            rows.extend(s.feed(event("r1", "b", 2, EventKind::Click)));
+            rows.extend(s.feed(event("r2", "x", 2, EventKind::Impression)));
             if restore_midway {
                 s = JoinState::restore(config(Some(10 * MIN)), &s.snapshot()).unwrap();
             }
-            rows.extend(s.add_event(event("r1", "a", 3, EventKind::Click)));
-            rows.extend(s.add_event(event("r1", "b", 3, EventKind::Impression)));
+            rows.extend(s.feed(event("r1", "a", 3, EventKind::Click)));
+            rows.extend(s.feed(event("r1", "b", 3, EventKind::Impression)));
             rows.extend(s.add_features(log("r2", 4, &["x"])));
             rows.extend(s.add_features(log("r9", 40, &["z"])));
-            rows.extend(s.add_event(event("r9", "z", 40, EventKind::Click)));
+            rows.extend(s.feed(event("r9", "z", 40, EventKind::Click)));
             let mut out: Vec<_> = rows
                 .into_iter()
                 .map(|r| {
@@ -884,27 +935,88 @@ mod tests {
         let mut s = JoinState::new(config(Some(10 * MIN)));
         s.add_features(log("r1", 0, &["a"]));
         assert!(
-            s.add_event(event("r1", "a", 1, EventKind::Impression))
+            s.feed(event("r1", "a", 1, EventKind::Impression))
                 .is_empty()
         );
         assert!(
             s.advance().is_empty(),
             "no new events: the window stays open"
         );
-        let rows = s.idle_advance(12 * MIN);
+        assert!(
+            s.features_idle(12 * MIN).is_empty(),
+            "the events partition has not said it is quiet"
+        );
+        let rows = s.source_progress(0, 12 * MIN);
         assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
-        assert!(s.idle_advance(5 * MIN).is_empty());
+        assert!(s.features_idle(5 * MIN).is_empty());
+        assert!(s.source_progress(0, 5 * MIN).is_empty());
         assert_eq!(s.watermark_us(), 12 * MIN, "never back");
+    }
+
+    #[test]
+    fn one_events_partition_read_ahead_of_another_does_not_close_windows() {
+        let mut c = config(Some(2 * MIN));
+        c.event_sources = 2;
+        let mut s = JoinState::new(c.clone());
+        s.add_features(log("r1", 0, &["a"]));
+        s.add_features(log("r2", 30, &["b"]));
+        // Partition 0 is routed far ahead (a backlog read first, say); partition 1 has not
+        // reported at all yet.
+        assert!(
+            s.add_event(event("r1", "a", 1, EventKind::Impression))
+                .is_empty()
+        );
+        assert!(s.source_progress(0, 30 * MIN).is_empty());
+        assert_eq!(s.watermark_us(), i64::MIN, "partition 1 has not reported");
+        // Partition 1's click for r1 comes later in wall time, but within the label window.
+        assert!(
+            s.add_event(event("r1", "a", 2, EventKind::Click))
+                .is_empty()
+        );
+        let rows = s.source_progress(1, 2 * MIN);
+        assert!(rows.is_empty(), "the window closes at minute 3");
+        let rows = s.source_progress(1, 4 * MIN);
+        assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
+        assert_eq!(
+            rows[0].labels.clicks, 1,
+            "the slower partition's click is in the row"
+        );
+        assert_eq!(s.watermark_us(), 4 * MIN);
+        // The progress survives a snapshot.
+        let mut r = JoinState::restore(c, &s.snapshot()).unwrap();
+        assert_eq!(r.watermark_us(), 4 * MIN);
+        r.add_event(event("r2", "b", 31, EventKind::Impression));
+        assert!(
+            r.source_progress(1, 40 * MIN).is_empty(),
+            "partition 0 is at 30"
+        );
+        assert_eq!(r.watermark_us(), 30 * MIN);
+    }
+
+    #[test]
+    fn quiet_features_let_the_events_side_move_the_watermark() {
+        let mut s = JoinState::new(config(None));
+        s.add_features(log("r1", 0, &["a"]));
+        // Events keep coming but no features do: without the idle signal the features' side
+        // holds the watermark at their newest served time.
+        s.feed(event("x", "q", 50, EventKind::Click));
+        assert_eq!(s.watermark_us(), 0);
+        s.features_idle(45 * MIN);
+        assert_eq!(s.watermark_us(), 45 * MIN);
+        assert_eq!(
+            s.counts.scored_not_impressed, 1,
+            "r1's features expired at 30"
+        );
     }
 
     #[test]
     fn a_repeated_impression_gives_one_row() {
         let mut s = JoinState::new(config(Some(MIN)));
         s.add_features(log("r1", 0, &["a"]));
-        s.add_event(event("r1", "a", 1, EventKind::Impression));
-        s.add_event(event("r1", "a", 1, EventKind::Impression));
+        s.feed(event("r1", "a", 1, EventKind::Impression));
+        s.feed(event("r1", "a", 1, EventKind::Impression));
         s.add_features(log("r2", 5, &["b"]));
-        let rows = s.add_event(event("r2", "b", 5, EventKind::Click));
+        let rows = s.feed(event("r2", "b", 5, EventKind::Click));
         assert_eq!(rows.len(), 1);
         assert_eq!(s.counts.joined, 1);
     }
