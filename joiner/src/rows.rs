@@ -147,13 +147,53 @@ fn bf16_to_f32(bits: u16) -> f32 {
 }
 
 fn find<'a>(row: &'a Row, key: &ColumnKey) -> Option<&'a Feature> {
-    let list = match key.source {
-        Source::Feature => &row.features.features,
-        Source::Output => &row.features.outputs,
-    };
-    list.iter().find(|f| {
-        f.name == key.name && f.datatype == key.datatype as i32 && f.row_shape == key.row_shape
-    })
+    Finder::new(key).find(row)
+}
+
+/// Finds one column's feature in row after row. Rows of the same request share their log, and
+/// logs of one model list their features in the same order, so it remembers the last log and
+/// the last position instead of comparing names through the list for every row.
+struct Finder<'k> {
+    key: &'k ColumnKey,
+    last: Option<(*const FeatureLog, Option<usize>)>,
+    hint: usize,
+}
+
+impl<'k> Finder<'k> {
+    fn new(key: &'k ColumnKey) -> Self {
+        Self {
+            key,
+            last: None,
+            hint: 0,
+        }
+    }
+
+    fn find<'a>(&mut self, row: &'a Row) -> Option<&'a Feature> {
+        let key = self.key;
+        let list = match key.source {
+            Source::Feature => &row.features.features,
+            Source::Output => &row.features.outputs,
+        };
+        let log = Arc::as_ptr(&row.features);
+        if let Some((last, at)) = self.last {
+            if last == log {
+                return at.and_then(|i| list.get(i));
+            }
+        }
+        let matches = |f: &Feature| {
+            f.name == key.name && f.datatype == key.datatype as i32 && f.row_shape == key.row_shape
+        };
+        let at = if list.get(self.hint).is_some_and(matches) {
+            Some(self.hint)
+        } else {
+            list.iter().position(matches)
+        };
+        if let Some(i) = at {
+            self.hint = i;
+        }
+        self.last = Some((log, at));
+        at.and_then(|i| list.get(i))
+    }
 }
 
 /// The element range of `row`'s value in a column.
@@ -170,8 +210,9 @@ fn primitive<T: ArrowPrimitiveType>(
 ) -> ArrayRef {
     let mut values: Vec<T::Native> = Vec::with_capacity(rows.len() * width);
     let mut valid = Vec::with_capacity(rows.len());
+    let mut finder = Finder::new(key);
     for row in rows {
-        let ok = find(row, key).is_some_and(|f| {
+        let ok = finder.find(row).is_some_and(|f| {
             let (s, e) = range(row, f, width);
             f.values
                 .as_ref()
@@ -236,8 +277,9 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
         DataType::Bool => {
             let mut values = Vec::with_capacity(rows.len() * width);
             let mut valid = Vec::with_capacity(rows.len());
+            let mut finder = Finder::new(key);
             for row in rows {
-                let ok = find(row, key).is_some_and(|f| {
+                let ok = finder.find(row).is_some_and(|f| {
                     let (s, e) = range(row, f, width);
                     f.values
                         .as_ref()
@@ -295,8 +337,9 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
         DataType::Bytes => {
             let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(rows.len() * width);
             let mut valid = Vec::with_capacity(rows.len());
+            let mut finder = Finder::new(key);
             for row in rows {
-                let cell = find(row, key).and_then(|f| {
+                let cell = finder.find(row).and_then(|f| {
                     let (s, e) = range(row, f, width);
                     f.values.as_ref()?.bytes_values.get(s..e)
                 });
@@ -418,7 +461,27 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
     // Feature and output columns, in order of first appearance.
     let mut keys: Vec<ColumnKey> = Vec::new();
     let mut seen: HashMap<ColumnKey, ()> = HashMap::new();
+    // Many rows share a log, and a model's logs list the same columns: only a log whose columns
+    // differ from the last one looked at can add a key.
+    let mut visited: std::collections::HashSet<*const FeatureLog> = Default::default();
+    let mut last: Option<&FeatureLog> = None;
+    let same_columns = |a: &[Feature], b: &[Feature]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                x.name == y.name && x.datatype == y.datatype && x.row_shape == y.row_shape
+            })
+    };
     for r in rows {
+        if !visited.insert(Arc::as_ptr(&r.features)) {
+            continue;
+        }
+        if last.is_some_and(|l| {
+            same_columns(&l.features, &r.features.features)
+                && same_columns(&l.outputs, &r.features.outputs)
+        }) {
+            continue;
+        }
+        last = Some(&r.features);
         let all = r
             .features
             .features

@@ -565,6 +565,9 @@ struct Task {
     dirty: bool,
     /// The state's counts as last added to the metrics.
     reported: crate::state::Counts,
+    /// State files the last checkpoint reads (its own and its segments): kept through the next
+    /// commit for a process that is still restoring from it.
+    last_state_files: Vec<u64>,
 }
 
 fn recover(
@@ -579,7 +582,12 @@ fn recover(
             let state = match &cp.state {
                 Some(path) => {
                     let bytes = dataset.read_state(path)?;
-                    JoinState::restore(config.join_config(event_sources), &bytes).map_err(
+                    let segment = |epoch: u64| {
+                        dataset
+                            .read_state(&Dataset::state_name(name, epoch))
+                            .map_err(|e| e.to_string())
+                    };
+                    JoinState::restore(config.join_config(event_sources), &bytes, segment).map_err(
                         |message| JoinError::Restore {
                             task: name.to_owned(),
                             path: path.clone(),
@@ -602,6 +610,7 @@ fn recover(
         "task recovered"
     );
     Ok(Task {
+        last_state_files: state.segments().into_iter().chain([epoch]).collect(),
         name: name.to_owned(),
         last_features: std::time::Instant::now(),
         state,
@@ -626,7 +635,8 @@ fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bo
         tracing::warn!(task = %task.name, rows = staged.late_rows, "rows for hours already complete written under late/");
     }
     let files = staged.files.clone();
-    let state = dataset.stage_state(&task.name, epoch, &task.state.snapshot())?;
+    let snapshot = task.state.snapshot(epoch);
+    let state = dataset.stage_state(&task.name, epoch, snapshot.bytes)?;
     let checkpoint = Checkpoint {
         task: task.name.clone(),
         epoch,
@@ -649,6 +659,17 @@ fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bo
         Err(e) => return Err(e.into()),
     }
     dataset.roll_forward(&checkpoint)?;
+    let keep: Vec<u64> = snapshot
+        .segments
+        .iter()
+        .chain(&task.last_state_files)
+        .copied()
+        .collect();
+    // Old state files only cost space: a failure to delete them is no reason to stop.
+    if let Err(err) = dataset.prune_state(&task.name, &keep, epoch) {
+        tracing::warn!(task = %task.name, %err, "old state files not deleted");
+    }
+    task.last_state_files = snapshot.segments.into_iter().chain([epoch]).collect();
     metrics.commits.inc();
     metrics.rows_written.inc_by(task.rows.len() as u64);
     metrics.late_rows.inc_by(staged_late as u64);

@@ -204,6 +204,8 @@ trait Storage: std::fmt::Debug + Send + Sync {
     /// Deletes what `task` staged and can no longer be committed, the newest committed epoch
     /// being `committed`.
     fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError>;
+    /// Deletes a file; one that is already gone is no error.
+    fn remove(&self, relative: &str) -> Result<(), SinkError>;
     /// Verifies that the storage keeps the guarantees the protocol depends on.
     fn check(&self) -> Result<(), SinkError> {
         Ok(())
@@ -323,6 +325,15 @@ impl Storage for Local {
             sync_dir(dir)?;
         }
         Ok(true)
+    }
+
+    fn remove(&self, relative: &str) -> Result<(), SinkError> {
+        let path = self.root.join(relative);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("delete", &path)(e)),
+        }
     }
 
     fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
@@ -575,16 +586,26 @@ impl Storage for Remote {
                         .and_then(|e| e.parse::<u64>().ok())
                 });
             if epoch.is_some_and(|e| e <= committed) {
-                let (store, target) = (self.store.clone(), key.clone());
-                self.block("delete", &key, async move {
-                    match store.delete(&target).await {
-                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                        Err(e) => Err(e),
-                    }
-                })?;
+                self.delete_key(&key)?;
             }
         }
         Ok(())
+    }
+
+    fn remove(&self, relative: &str) -> Result<(), SinkError> {
+        self.delete_key(&self.key(relative))
+    }
+}
+
+impl Remote {
+    fn delete_key(&self, key: &ObjectPath) -> Result<(), SinkError> {
+        let (store, target) = (self.store.clone(), key.clone());
+        self.block("delete", key, async move {
+            match store.delete(&target).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
     }
 }
 
@@ -674,20 +695,34 @@ impl Dataset {
     /// already marked complete (`_SUCCESS`) go under `late/` instead, never silently into the
     /// finished hour. Returns the visible names the files will get and how many rows were late.
     pub fn stage(&self, task: &str, epoch: u64, rows: &[Row]) -> Result<Staged, SinkError> {
-        let mut by_hour: BTreeMap<(String, String), Vec<Row>> = BTreeMap::new();
-        for row in rows {
-            let t = row.impression_time_us.unwrap_or_else(|| {
-                row.features
-                    .served_at
-                    .as_ref()
-                    .map(|t| t.seconds.saturating_mul(1_000_000))
-                    .unwrap_or(0)
-            });
-            by_hour
-                .entry(hour_partition(t))
-                .or_default()
-                .push(row.clone());
+        const HOUR_US: i64 = 3_600_000_000;
+        let hour_of = |row: &Row| {
+            row.impression_time_us
+                .unwrap_or_else(|| {
+                    row.features
+                        .served_at
+                        .as_ref()
+                        .map(|t| t.seconds.saturating_mul(1_000_000))
+                        .unwrap_or(0)
+                })
+                .div_euclid(HOUR_US)
+        };
+        // Rows by hour. Usually a commit's rows are all of one hour: then they are written as
+        // they are, without a copy.
+        let mut grouped: BTreeMap<i64, Vec<Row>> = BTreeMap::new();
+        let single = rows
+            .first()
+            .map(hour_of)
+            .filter(|first| rows.iter().all(|r| hour_of(r) == *first));
+        if single.is_none() {
+            for row in rows {
+                grouped.entry(hour_of(row)).or_default().push(row.clone());
+            }
         }
+        let by_hour: Vec<(i64, &[Row])> = match single {
+            Some(hour) => vec![(hour, rows)],
+            None => grouped.iter().map(|(h, r)| (*h, r.as_slice())).collect(),
+        };
         let staging = self.storage.staging(task, epoch);
         let mut staged = Staged {
             staging: staging.clone(),
@@ -695,7 +730,8 @@ impl Dataset {
         };
         let per_file = self.options.max_file_rows.unwrap_or(usize::MAX).max(1);
         let mut n = 0usize;
-        for ((dt, hr), rows) in by_hour {
+        for (hour, rows) in by_hour {
+            let (dt, hr) = hour_partition(hour.saturating_mul(HOUR_US));
             let hour_dir = format!("dt={dt}/hr={hr}");
             let dir = if self.storage.exists(&format!("{hour_dir}/{SUCCESS}"))? {
                 staged.late_rows += rows.len();
@@ -796,16 +832,43 @@ impl Dataset {
         writer.into_inner().map_err(|e| encode(&e))
     }
 
+    /// The name of a task's state file of `epoch`.
+    pub fn state_name(task: &str, epoch: u64) -> String {
+        format!("_featurelog/state/{}/{epoch:020}.bin", safe(task))
+    }
+
     /// Writes a task's state snapshot for `epoch`; returns its name for the checkpoint.
     pub fn stage_state(
         &self,
         task: &str,
         epoch: u64,
-        snapshot: &[u8],
+        snapshot: Vec<u8>,
     ) -> Result<String, SinkError> {
-        let relative = format!("_featurelog/state/{}/{epoch:020}.bin", safe(task));
-        self.storage.put(&relative, snapshot.to_vec())?;
+        let relative = Self::state_name(task, epoch);
+        self.storage.put(&relative, snapshot)?;
         Ok(relative)
+    }
+
+    /// Deletes a task's state files of epochs before `below` that are not in `keep`: after a
+    /// commit, what neither it nor the checkpoint before it reads (a process still restoring
+    /// from that one finds its files). Files of later epochs belong to commits not made yet.
+    pub fn prune_state(&self, task: &str, keep: &[u64], below: u64) -> Result<usize, SinkError> {
+        let dir = format!("_featurelog/state/{}", safe(task));
+        let (_, files) = self.storage.children(&dir)?;
+        let mut removed = 0;
+        for file in files {
+            let Some(epoch) = file
+                .strip_suffix(".bin")
+                .and_then(|e| e.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if epoch < below && !keep.contains(&epoch) {
+                self.storage.remove(&format!("{dir}/{file}"))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// The commit point: creates the checkpoint of `checkpoint.epoch`, or fails with
@@ -1158,10 +1221,25 @@ mod tests {
     }
 
     #[test]
+    fn state_files_no_checkpoint_needs_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        for epoch in 1..=6 {
+            ds.stage_state("t/0", epoch, vec![epoch as u8]).unwrap();
+        }
+        // Checkpoint 5 reads segments 2 and 5, checkpoint 4 read 2 and 4; 6 is not committed.
+        assert_eq!(ds.prune_state("t/0", &[2, 5, 4], 5).unwrap(), 2);
+        let left: Vec<u64> = (1..=6)
+            .filter(|e| dir.path().join(Dataset::state_name("t/0", *e)).exists())
+            .collect();
+        assert_eq!(left, [2, 4, 5, 6]);
+    }
+
+    #[test]
     fn state_snapshots_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        let name = ds.stage_state("t/0", 4, b"snapshot").unwrap();
+        let name = ds.stage_state("t/0", 4, b"snapshot".to_vec()).unwrap();
         assert!(name.starts_with("_featurelog/state/t_0/"));
         assert_eq!(ds.read_state(&name).unwrap(), b"snapshot");
     }

@@ -91,7 +91,10 @@ pub struct Counts {
 struct FeatureEntry {
     log: Arc<FeatureLog>,
     bytes: usize,
-    rows: HashMap<String, usize>,
+    /// Candidate id -> row, built on the first lookup in a long candidate list: most requests
+    /// see a few impressions, and building a map of every candidate for each request cost more
+    /// (a clone and a hash per candidate, in the profile) than scanning a short list.
+    index: Option<HashMap<Box<str>, u32>>,
     /// Items with an impression (joined or pending), for the scored-not-impressed count.
     impressed: HashSet<String>,
 }
@@ -101,18 +104,29 @@ impl FeatureEntry {
     /// per candidate for the index.
     fn new(log: Arc<FeatureLog>, impressed: HashSet<String>) -> Self {
         let bytes = prost::Message::encoded_len(&*log) + 64 * log.candidate_ids.len();
-        let rows = log
-            .candidate_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (id.clone(), i))
-            .collect();
         Self {
             log,
             bytes,
-            rows,
+            index: None,
             impressed,
         }
+    }
+
+    /// The row of a candidate; the first, should a request list an item twice.
+    fn row_of(&mut self, item: &str) -> Option<usize> {
+        const SCAN: usize = 128;
+        let ids = &self.log.candidate_ids;
+        if ids.len() <= SCAN {
+            return ids.iter().position(|id| id == item);
+        }
+        let index = self.index.get_or_insert_with(|| {
+            let mut map = HashMap::with_capacity(ids.len());
+            for (i, id) in ids.iter().enumerate() {
+                map.entry(id.as_str().into()).or_insert(i as u32);
+            }
+            map
+        });
+        index.get(item).map(|&i| i as usize)
     }
 }
 
@@ -136,6 +150,9 @@ pub struct JoinState {
     feature_expiry: BTreeSet<(i64, String)>,
     pending: HashMap<(String, String), Pending>,
     pending_due: BTreeSet<(i64, String, String)>,
+    /// Items with a pending entry, by request, for requests whose features have not come:
+    /// what a request's features must look at when they arrive.
+    waiting: HashMap<String, Vec<String>>,
     /// Emitted candidates by request, until the request's features expire: a later event for
     /// one of them is late, never a second row.
     emitted: HashMap<String, HashSet<String>>,
@@ -148,6 +165,12 @@ pub struct JoinState {
     features_idle_us: i64,
     watermark_us: i64,
     bytes: usize,
+    /// For each feature log already in a state file: that file's epoch (a segment) and the
+    /// log's encoded length. Logs never change, so each is written once (see
+    /// [`JoinState::snapshot`]).
+    written: HashMap<String, (u64, usize)>,
+    /// Bytes of logs in each segment that a snapshot still refers to.
+    segment_bytes: BTreeMap<u64, usize>,
     /// What happened so far.
     pub counts: Counts,
 }
@@ -184,6 +207,7 @@ impl JoinState {
             feature_expiry: BTreeSet::new(),
             pending: HashMap::new(),
             pending_due: BTreeSet::new(),
+            waiting: HashMap::new(),
             emitted: HashMap::new(),
             max_features_us: i64::MIN,
             max_events_us: i64::MIN,
@@ -191,6 +215,8 @@ impl JoinState {
             features_idle_us: i64::MIN,
             watermark_us: i64::MIN,
             bytes: 0,
+            written: HashMap::new(),
+            segment_bytes: BTreeMap::new(),
             counts: Counts::default(),
         }
     }
@@ -235,6 +261,11 @@ impl JoinState {
         self.bytes
     }
 
+    /// The epochs of the earlier state files the last snapshot refers to.
+    pub fn segments(&self) -> Vec<u64> {
+        self.segment_bytes.keys().copied().collect()
+    }
+
     /// Requests with features held.
     pub fn requests(&self) -> usize {
         self.features.len()
@@ -263,14 +294,8 @@ impl JoinState {
         self.feature_expiry.insert((expires_at, request_id.clone()));
         self.features.insert(request_id.clone(), entry);
         // Impressions that were waiting for these features.
-        let waiting: Vec<(String, String)> = self
-            .pending
-            .keys()
-            .filter(|(r, _)| *r == request_id)
-            .cloned()
-            .collect();
-        for key in waiting {
-            self.try_match(&key, &mut out);
+        for item in self.waiting.remove(&request_id).unwrap_or_default() {
+            self.try_match(&(request_id.clone(), item), &mut out);
         }
         self.enforce_bound();
         self.advance_into(&mut out);
@@ -297,8 +322,8 @@ impl JoinState {
             self.advance_into(&mut out);
             return out;
         }
-        if let Some(f) = self.features.get(&request_id) {
-            if !f.rows.contains_key(&item_id) {
+        if let Some(f) = self.features.get_mut(&request_id) {
+            if f.row_of(&item_id).is_none() {
                 self.counts.unknown_item += 1;
                 self.advance_into(&mut out);
                 return out;
@@ -317,6 +342,12 @@ impl JoinState {
         });
         if is_new {
             self.bytes += PENDING_BYTES;
+            if !self.features.contains_key(&key.0) {
+                self.waiting
+                    .entry(key.0.clone())
+                    .or_default()
+                    .push(key.1.clone());
+            }
         }
         p.first_us = p.first_us.min(time_us);
         match kind {
@@ -350,7 +381,7 @@ impl JoinState {
         let Some(f) = self.features.get_mut(&key.0) else {
             return;
         };
-        let Some(&row) = f.rows.get(&key.1) else {
+        let Some(row) = f.row_of(&key.1) else {
             // The request did not score this item.
             self.counts.unknown_item += 1;
             self.remove_pending(key);
@@ -392,6 +423,12 @@ impl JoinState {
 
     fn remove_pending(&mut self, key: &(String, String)) -> Option<Pending> {
         let p = self.pending.remove(key)?;
+        if let Some(items) = self.waiting.get_mut(&key.0) {
+            items.retain(|i| *i != key.1);
+            if items.is_empty() {
+                self.waiting.remove(&key.0);
+            }
+        }
         self.pending_due
             .remove(&(p.due, key.0.clone(), key.1.clone()));
         self.bytes = self.bytes.saturating_sub(PENDING_BYTES);
@@ -548,6 +585,19 @@ struct SnapshotHeader {
     sources: BTreeMap<i32, i64>,
     #[prost(int64, optional, tag = "9")]
     features_idle_us: Option<i64>,
+    /// Format 2: the logs are in segments (the state files of earlier epochs and this one);
+    /// `SnapFeature::segment` and `matched_only_segments` say where. Format 1 (0 here): this
+    /// file holds every log, `features` then `matched_only`, in order.
+    #[prost(uint32, tag = "10")]
+    format: u32,
+    #[prost(uint64, repeated, tag = "11")]
+    matched_only_segments: Vec<u64>,
+    /// Bytes of logs in each segment that this snapshot refers to.
+    #[prost(btree_map = "uint64, uint64", tag = "12")]
+    segment_bytes: BTreeMap<u64, u64>,
+    /// The epoch of this file (its own logs are segment `epoch`).
+    #[prost(uint64, tag = "13")]
+    epoch: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -558,6 +608,8 @@ struct SnapFeature {
     expires_at: i64,
     #[prost(string, repeated, tag = "3")]
     impressed: Vec<String>,
+    #[prost(uint64, tag = "4")]
+    segment: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -590,36 +642,103 @@ struct SnapEmitted {
     items: Vec<String>,
 }
 
+/// A serialised state: the file to write for this epoch, and the epochs of the earlier state
+/// files it reads logs from (which must be kept while this is the newest checkpoint).
+#[derive(Debug)]
+pub struct Snapshot {
+    /// This epoch's state file.
+    pub bytes: Vec<u8>,
+    /// Segments it refers to, this epoch's included.
+    pub segments: Vec<u64>,
+}
+
+/// Below this many bytes of dead logs in referenced segments, a snapshot never compacts.
+const COMPACT_MIN_BYTES: usize = if cfg!(test) { 0 } else { 8 << 20 };
+
 impl JoinState {
     /// Serialises everything the state holds, so that a restarted task continues exactly where
-    /// the checkpoint left it. Counts are not included: they are per process, for metrics.
-    pub fn snapshot(&self) -> Vec<u8> {
+    /// the checkpoint left it, as the state file of `epoch`. Counts are not included: they are
+    /// per process, for metrics.
+    ///
+    /// Feature logs dominate the state and never change, so each is written once: into the
+    /// state file of the first epoch that holds it (a segment), which later snapshots refer to.
+    /// The rest (what waits, what was emitted, watermarks) is small and written whole. When
+    /// the referenced segments hold more than twice the live logs' bytes (plus 8 MiB), every
+    /// live log is written again into this epoch's file and the old segments are left behind.
+    /// A snapshot's cost is thus the new logs plus the small part, not everything held.
+    pub fn snapshot(&mut self, epoch: u64) -> Snapshot {
         use prost::Message;
         let expiry: HashMap<&str, i64> = self
             .feature_expiry
             .iter()
             .map(|(t, r)| (r.as_str(), *t))
             .collect();
-        let held: Vec<(&String, &FeatureEntry)> = self.features.iter().collect();
-        let mut matched_only: Vec<(String, Arc<FeatureLog>)> = Vec::new();
-        let mut seen: HashSet<&str> = HashSet::new();
+        // Logs still needed: the held ones, and those of expired requests whose matched
+        // impression still waits for its label window.
+        let mut live: HashMap<&str, &Arc<FeatureLog>> = self
+            .features
+            .iter()
+            .map(|(r, f)| (r.as_str(), &f.log))
+            .collect();
+        let mut matched_only: Vec<&str> = Vec::new();
         for ((r, _), p) in &self.pending {
             if let Some((log, _)) = &p.matched {
-                if !self.features.contains_key(r) && seen.insert(r.as_str()) {
-                    matched_only.push((r.clone(), log.clone()));
+                if !self.features.contains_key(r) && !live.contains_key(r.as_str()) {
+                    live.insert(r.as_str(), log);
+                    matched_only.push(r.as_str());
                 }
             }
         }
+        self.written.retain(|r, _| live.contains_key(r.as_str()));
+        let mut referenced: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut live_bytes = 0usize;
+        for &(segment, len) in self.written.values() {
+            live_bytes += len;
+            referenced.entry(segment).or_default();
+        }
+        let referenced_bytes: usize = referenced
+            .keys()
+            .map(|s| self.segment_bytes.get(s).copied().unwrap_or(0))
+            .sum();
+        if referenced_bytes > 2 * live_bytes + COMPACT_MIN_BYTES {
+            self.written.clear();
+        }
+        let mut new_logs: Vec<&Arc<FeatureLog>> = Vec::new();
+        let mut new_bytes = 0usize;
+        for (r, log) in &live {
+            if !self.written.contains_key(*r) {
+                let len = log.encoded_len();
+                self.written.insert((*r).to_owned(), (epoch, len));
+                new_logs.push(log);
+                new_bytes += len;
+            }
+        }
+        let mut segment_bytes: BTreeMap<u64, usize> = BTreeMap::new();
+        for &(segment, _) in self.written.values() {
+            segment_bytes.insert(
+                segment,
+                if segment == epoch {
+                    new_bytes
+                } else {
+                    self.segment_bytes.get(&segment).copied().unwrap_or(0)
+                },
+            );
+        }
+        self.segment_bytes = segment_bytes;
+        let segment_of = |r: &str| self.written.get(r).map_or(epoch, |&(s, _)| s);
         let header = SnapshotHeader {
-            features: held
+            features: self
+                .features
                 .iter()
                 .map(|(r, f)| SnapFeature {
-                    request_id: (*r).clone(),
+                    request_id: r.clone(),
                     expires_at: expiry.get(r.as_str()).copied().unwrap_or(i64::MAX),
                     impressed: f.impressed.iter().cloned().collect(),
+                    segment: segment_of(r),
                 })
                 .collect(),
-            matched_only: matched_only.iter().map(|(r, _)| r.clone()).collect(),
+            matched_only: matched_only.iter().map(|r| (*r).to_owned()).collect(),
+            matched_only_segments: matched_only.iter().map(|r| segment_of(r)).collect(),
             pending: self
                 .pending
                 .iter()
@@ -648,45 +767,104 @@ impl JoinState {
             watermark_us: self.watermark_us,
             sources: self.sources.clone(),
             features_idle_us: Some(self.features_idle_us),
+            format: 2,
+            epoch,
+            segment_bytes: self
+                .segment_bytes
+                .iter()
+                .map(|(s, b)| (*s, *b as u64))
+                .collect(),
         };
-        let logs_len: usize = held.iter().map(|(_, f)| f.bytes).sum();
-        let mut out = Vec::with_capacity(header.encoded_len() + logs_len + 16);
+        let mut out =
+            Vec::with_capacity(header.encoded_len() + new_bytes + 16 * new_logs.len() + 16);
         // Writing to a Vec cannot fail.
         let _ = header.encode_length_delimited(&mut out);
-        for (_, f) in &held {
-            let _ = f.log.encode_length_delimited(&mut out);
-        }
-        for (_, log) in &matched_only {
+        for log in new_logs {
             let _ = log.encode_length_delimited(&mut out);
         }
-        out
+        Snapshot {
+            bytes: out,
+            segments: self.segment_bytes.keys().copied().collect(),
+        }
     }
 
-    /// Rebuilds a state from [`JoinState::snapshot`]'s bytes.
-    pub fn restore(config: JoinConfig, bytes: &[u8]) -> Result<Self, String> {
+    /// Rebuilds a state from the bytes of [`JoinState::snapshot`]'s file; `segment` reads the
+    /// state file of an earlier epoch that it refers to.
+    pub fn restore(
+        config: JoinConfig,
+        bytes: &[u8],
+        mut segment: impl FnMut(u64) -> Result<Vec<u8>, String>,
+    ) -> Result<Self, String> {
         use prost::Message;
         let mut buf = bytes;
         let header =
             SnapshotHeader::decode_length_delimited(&mut buf).map_err(|e| e.to_string())?;
         let mut logs: HashMap<String, Arc<FeatureLog>> = HashMap::new();
         let mut state = JoinState::new(config);
+        if header.format >= 2 {
+            // Which logs each segment must provide.
+            let mut wanted: BTreeMap<u64, HashSet<&str>> = BTreeMap::new();
+            for f in &header.features {
+                wanted.entry(f.segment).or_default().insert(&f.request_id);
+            }
+            for (r, seg) in header
+                .matched_only
+                .iter()
+                .zip(&header.matched_only_segments)
+            {
+                wanted.entry(*seg).or_default().insert(r);
+            }
+            for (seg, requests) in &wanted {
+                let file;
+                let mut rest: &[u8] = if *seg == header.epoch {
+                    buf
+                } else {
+                    file = segment(*seg)?;
+                    let mut b = file.as_slice();
+                    // Skip that file's own header: only its logs are wanted.
+                    let len = prost::decode_length_delimiter(&mut b)
+                        .map_err(|e| format!("segment {seg}: {e}"))?;
+                    b.get(len..)
+                        .ok_or_else(|| format!("segment {seg}: truncated header"))?
+                };
+                while !rest.is_empty() {
+                    let log = FeatureLog::decode_length_delimited(&mut rest)
+                        .map_err(|e| format!("segment {seg}: {e}"))?;
+                    if requests.contains(log.request_id.as_str()) {
+                        let len = log.encoded_len();
+                        state.written.insert(log.request_id.clone(), (*seg, len));
+                        logs.insert(log.request_id.clone(), Arc::new(log));
+                    }
+                }
+            }
+            state.segment_bytes = header
+                .segment_bytes
+                .iter()
+                .map(|(s, b)| (*s, usize::try_from(*b).unwrap_or(usize::MAX)))
+                .collect();
+        } else {
+            for f in &header.features {
+                let log = FeatureLog::decode_length_delimited(&mut buf)
+                    .map_err(|e| format!("log of {:?}: {e}", f.request_id))?;
+                logs.insert(f.request_id.clone(), Arc::new(log));
+            }
+            for r in &header.matched_only {
+                let log = FeatureLog::decode_length_delimited(&mut buf)
+                    .map_err(|e| format!("log of {r:?}: {e}"))?;
+                logs.insert(r.clone(), Arc::new(log));
+            }
+        }
         for f in header.features {
-            let log = Arc::new(
-                FeatureLog::decode_length_delimited(&mut buf)
-                    .map_err(|e| format!("log of {:?}: {e}", f.request_id))?,
-            );
-            logs.insert(f.request_id.clone(), log.clone());
+            let log = logs
+                .get(&f.request_id)
+                .cloned()
+                .ok_or_else(|| format!("no log for {:?}", f.request_id))?;
             let entry = FeatureEntry::new(log, f.impressed.into_iter().collect());
             state.bytes += entry.bytes;
             state
                 .feature_expiry
                 .insert((f.expires_at, f.request_id.clone()));
             state.features.insert(f.request_id, entry);
-        }
-        for r in header.matched_only {
-            let log = FeatureLog::decode_length_delimited(&mut buf)
-                .map_err(|e| format!("log of {r:?}: {e}"))?;
-            logs.insert(r, Arc::new(log));
         }
         for p in header.pending {
             let matched = match p.matched_row {
@@ -715,6 +893,13 @@ impl JoinState {
                 },
             );
             state.bytes += PENDING_BYTES;
+            if !state.features.contains_key(&key.0) {
+                state
+                    .waiting
+                    .entry(key.0.clone())
+                    .or_default()
+                    .push(key.1.clone());
+            }
             state.reschedule(&key);
         }
         state.emitted = header
@@ -903,7 +1088,10 @@ mod tests {
             rows.extend(s.feed(event("r1", "b", 2, EventKind::Click)));
             rows.extend(s.feed(event("r2", "x", 2, EventKind::Impression)));
             if restore_midway {
-                s = JoinState::restore(config(Some(10 * MIN)), &s.snapshot()).unwrap();
+                s = JoinState::restore(config(Some(10 * MIN)), &s.snapshot(1).bytes, |_| {
+                    unreachable!("everything is in the one file")
+                })
+                .unwrap();
             }
             rows.extend(s.feed(event("r1", "a", 3, EventKind::Click)));
             rows.extend(s.feed(event("r1", "b", 3, EventKind::Impression)));
@@ -953,6 +1141,116 @@ mod tests {
         assert_eq!(s.watermark_us(), 12 * MIN, "never back");
     }
 
+    /// The requests whose logs a state file holds.
+    fn logs_in(file: &[u8]) -> Vec<String> {
+        use prost::Message;
+        let mut b = file;
+        let len = prost::decode_length_delimiter(&mut b).unwrap();
+        b = &b[len..];
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            out.push(
+                FeatureLog::decode_length_delimited(&mut b)
+                    .unwrap()
+                    .request_id,
+            );
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn snapshots_write_each_log_once_and_restore_from_their_segments() {
+        let mut files: HashMap<u64, Vec<u8>> = HashMap::new();
+        let read = |files: &HashMap<u64, Vec<u8>>| {
+            let files = files.clone();
+            move |e: u64| files.get(&e).cloned().ok_or(format!("no file {e}"))
+        };
+        let mut s = JoinState::new(config(Some(10 * MIN)));
+        for r in ["r1", "r2", "r3", "r4", "r5"] {
+            s.add_features(log(r, 0, &["a", "b"]));
+        }
+        s.add_features(log("r6", 20, &["a", "b"]));
+        let first = s.snapshot(1);
+        assert_eq!(first.segments, [1]);
+        files.insert(1, first.bytes.clone());
+
+        s.add_features(log("r7", 21, &["c"]));
+        s.feed(event("r6", "a", 22, EventKind::Impression));
+        let second = s.snapshot(2);
+        assert_eq!(
+            second.segments,
+            [1, 2],
+            "r7's log is new, the others are in 1"
+        );
+        assert_eq!(logs_in(&first.bytes).len(), 6);
+        assert_eq!(
+            logs_in(&second.bytes),
+            ["r7"],
+            "only the new log is written"
+        );
+        files.insert(2, second.bytes.clone());
+        let mut restored =
+            JoinState::restore(config(Some(10 * MIN)), &second.bytes, read(&files)).unwrap();
+
+        // Both go on the same way: r1..r5 expire, r6's impression is emitted.
+        let later = |s: &mut JoinState| {
+            let mut rows = s.feed(event("r7", "c", 35, EventKind::Impression));
+            rows.extend(s.add_features(log("r8", 60, &["d"])));
+            rows.extend(s.feed(event("x", "y", 60, EventKind::Click)));
+            keys(&rows)
+        };
+        let rows = later(&mut s);
+        assert_eq!(rows, [("r6".into(), "a".into()), ("r7".into(), "c".into())]);
+        assert_eq!(later(&mut restored), rows);
+        assert_eq!(
+            restored.counts.scored_not_impressed,
+            s.counts.scored_not_impressed
+        );
+
+        // Now segment 1 and 2 hold only dead logs and r8 is new: nothing old is referenced.
+        let third = s.snapshot(3);
+        assert_eq!(third.segments, [3]);
+        files.clear();
+        files.insert(3, third.bytes.clone());
+        let r = JoinState::restore(config(Some(10 * MIN)), &third.bytes, read(&files)).unwrap();
+        assert_eq!(r.requests(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_compacts_segments_that_are_mostly_dead() {
+        let mut files: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut s = JoinState::new(config(None));
+        for r in ["r1", "r2", "r3", "r4", "r5"] {
+            s.add_features(log(r, 0, &["a", "b", "c", "d"]));
+        }
+        s.add_features(log("r6", 20, &["a"]));
+        files.insert(1, s.snapshot(1).bytes);
+        s.add_features(log("r7", 21, &["a"]));
+        files.insert(2, s.snapshot(2).bytes);
+        // r1..r5 expire at 30; r6 lives on, alone in segment 1.
+        s.feed(event("x", "y", 31, EventKind::Click));
+        s.features_idle(31 * MIN);
+        assert_eq!(s.requests(), 2);
+        let third = s.snapshot(3);
+        assert_eq!(
+            third.segments,
+            [3],
+            "the live logs were written again into 3"
+        );
+        assert_eq!(logs_in(&third.bytes), ["r6", "r7"]);
+        let r = JoinState::restore(config(None), &third.bytes, |e| {
+            Err(format!("segment {e} should not be read"))
+        })
+        .unwrap();
+        assert_eq!(r.requests(), 2);
+        let rows = {
+            let mut r = r;
+            r.feed(event("r6", "a", 32, EventKind::Impression))
+        };
+        assert_eq!(keys(&rows), [("r6".into(), "a".into())]);
+    }
+
     #[test]
     fn one_events_partition_read_ahead_of_another_does_not_close_windows() {
         let mut c = config(Some(2 * MIN));
@@ -983,7 +1281,7 @@ mod tests {
         );
         assert_eq!(s.watermark_us(), 4 * MIN);
         // The progress survives a snapshot.
-        let mut r = JoinState::restore(c, &s.snapshot()).unwrap();
+        let mut r = JoinState::restore(c, &s.snapshot(1).bytes, |_| unreachable!()).unwrap();
         assert_eq!(r.watermark_us(), 4 * MIN);
         r.add_event(event("r2", "b", 31, EventKind::Impression));
         assert!(
