@@ -27,7 +27,6 @@ use tokio_util::sync::CancellationToken;
 use crate::SidecarError;
 use crate::allowlist::AllowListHandle;
 use crate::config::{AdaptiveConfig, PublishConfig};
-use crate::direct::PlanCache;
 use crate::extract::{CallContext, extract};
 use crate::metrics::Metrics;
 use crate::sampling;
@@ -311,28 +310,14 @@ async fn control(
 /// How long a publisher thread sleeps when the queue is empty. A call waits at most this long
 /// before it is worked on; in exchange no thread is ever blocked on the queue, so handing a call
 /// over costs the proxy no wake-up system call, and each wake-up here serves a whole batch.
-const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
-
-/// The largest record buffer a publisher thread keeps between calls.
-const RECORD_BUFFER_KEPT: usize = 1 << 20;
+const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Calls taken from the queue at a time (under its lock).
 const BATCH: usize = 256;
 
-/// What a publisher thread keeps from one call to the next.
-#[derive(Default)]
-struct Local {
-    /// For joining a body's chunks (see [`concat`]).
-    scratch: BytesMut,
-    /// The fast path's plans by request layout.
-    plans: PlanCache,
-    /// The encoded record; librdkafka copies it, so one buffer serves every call.
-    record: Vec<u8>,
-}
-
 fn worker(shared: &Shared, rx: &Mutex<Receiver<CapturedCall>>) {
     let mut batch = Vec::with_capacity(BATCH);
-    let mut local = Local::default();
+    let mut scratch = BytesMut::new();
     loop {
         let mut disconnected = false;
         match rx.lock() {
@@ -357,7 +342,7 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<CapturedCall>>) {
                 .fetch_sub(1, Ordering::Relaxed)
                 .saturating_sub(1);
             shared.metrics.queue_depth.set(depth as i64);
-            publish(shared, call, &mut local);
+            publish(shared, call, &mut scratch);
         }
         // The publisher threads also serve librdkafka's delivery reports and statistics
         // (BaseProducer rather than ThreadedProducer: no extra thread waking on its own). Each
@@ -431,14 +416,14 @@ fn unframe(
     }
 }
 
-fn publish(shared: &Shared, call: CapturedCall, local: &mut Local) {
+fn publish(shared: &Shared, call: CapturedCall, scratch: &mut BytesMut) {
     let metrics = &shared.metrics;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
     let unframed = unframe(
         call.request,
         call.request_encoding.as_deref(),
         shared.max_message_bytes,
-        &mut local.scratch,
+        scratch,
     );
     let request_bytes = match unframed {
         Ok(b) => b,
@@ -447,7 +432,7 @@ fn publish(shared: &Shared, call: CapturedCall, local: &mut Local) {
         Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
     };
     // One pass over the request: the head picks the rule, the rest is decoded only if logged.
-    let mut scanned = match crate::lazy::scan(request_bytes) {
+    let scanned = match crate::lazy::scan(request_bytes) {
         Ok(s) => s,
         Err(_) => return metrics.drop_call("malformed_protobuf"),
     };
@@ -458,7 +443,7 @@ fn publish(shared: &Shared, call: CapturedCall, local: &mut Local) {
     let request_id = if scanned.id.is_empty() {
         call.fallback_request_id
     } else {
-        std::mem::take(&mut scanned.id)
+        scanned.id.clone()
     };
     if !sampling::sampled(&request_id, rule.sample_rate) {
         return metrics.skip_call("not_sampled");
@@ -474,17 +459,9 @@ fn publish(shared: &Shared, call: CapturedCall, local: &mut Local) {
         instance: &shared.instance,
         allow_list_version: &list.version,
     };
-    if let Some(plan) = local.plans.plan(&list, rule, &scanned) {
-        let record = &mut local.record;
-        if let Some(rows) = crate::direct::encode_planned(plan, rule, &scanned, ctx, record) {
-            drop(scanned);
-            produce(shared, &request_id, record, rows, request_size);
-            // A rare huge record should not pin its memory for the thread's lifetime.
-            if record.capacity() > RECORD_BUFFER_KEPT {
-                *record = Vec::new();
-            }
-            return;
-        }
+    if let Some((payload, rows)) = crate::direct::encode(rule, &scanned, ctx) {
+        drop(scanned);
+        return produce(shared, &request_id, &payload, rows, request_size);
     }
     let request = match scanned.decode_for_rule(rule) {
         Ok(r) => r,
