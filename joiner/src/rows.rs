@@ -463,8 +463,7 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
     let mut seen: HashMap<ColumnKey, ()> = HashMap::new();
     // Many rows share a log, and a model's logs list the same columns: only a log whose columns
     // differ from the last one looked at can add a key.
-    let mut visited: std::collections::HashSet<*const FeatureLog> = Default::default();
-    let mut last: Option<&FeatureLog> = None;
+    let mut last: Option<&Arc<FeatureLog>> = None;
     let same_columns = |a: &[Feature], b: &[Feature]| {
         a.len() == b.len()
             && a.iter().zip(b).all(|(x, y)| {
@@ -472,12 +471,10 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
             })
     };
     for r in rows {
-        if !visited.insert(Arc::as_ptr(&r.features)) {
-            continue;
-        }
         if last.is_some_and(|l| {
-            same_columns(&l.features, &r.features.features)
-                && same_columns(&l.outputs, &r.features.outputs)
+            Arc::ptr_eq(l, &r.features)
+                || (same_columns(&l.features, &r.features.features)
+                    && same_columns(&l.outputs, &r.features.outputs))
         }) {
             continue;
         }

@@ -262,6 +262,46 @@ struct Source {
     start: Option<i64>,
 }
 
+impl Source {
+    fn new() -> Self {
+        Self {
+            routed_us: i64::MIN,
+            last_seen: std::time::Instant::now(),
+            start: None,
+        }
+    }
+}
+
+/// The wall clock in microseconds since the epoch, for idle watermarks.
+fn wall_clock_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Sends a record with the router's transactional producer, waiting while its queue is full
+/// (the transaction must hold every record, so none may be dropped).
+fn send_waiting(
+    producer: &BaseProducer,
+    mut record: BaseRecord<'_, str, [u8]>,
+    what: &'static str,
+) -> Result<(), JoinError> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((
+                RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                r,
+            )) => {
+                producer.poll(Duration::from_millis(50));
+                record = r;
+            }
+            Err((err, _)) => return Err(client(what)(err)),
+        }
+    }
+}
+
 /// The progress to report for each assigned events partition: what was routed, or the wall
 /// clock for a partition read to its end that has been quiet for `idle`. A partition that is
 /// merely behind never reports idle, however long the router takes (a transaction coordinator
@@ -282,16 +322,9 @@ fn router_progress(
         .map(|e| e.partition())
         .collect();
     sources.retain(|p, _| assigned.contains(p));
-    let now_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
+    let now_us = wall_clock_us();
     for p in assigned {
-        let source = sources.entry(p).or_insert_with(|| Source {
-            routed_us: i64::MIN,
-            last_seen: std::time::Instant::now(),
-            start: None,
-        });
+        let source = sources.entry(p).or_insert_with(Source::new);
         let position = match positions.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => Some(o),
             _ => {
@@ -405,20 +438,11 @@ async fn router(
                 if report {
                     let bytes = RouterProgress { sources: progress.clone() }.encode_to_vec();
                     for partition in 0..partitions {
-                        let mut record = BaseRecord::<str, [u8]>::to(&repartition)
+                        let record = BaseRecord::<str, [u8]>::to(&repartition)
                             .partition(partition)
                             .payload(&bytes)
                             .headers(OwnedHeaders::new().insert(Header { key: PROGRESS_HEADER, value: Some("1") }));
-                        loop {
-                            match producer.send(record) {
-                                Ok(()) => break,
-                                Err((RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
-                                    producer.poll(Duration::from_millis(50));
-                                    record = r;
-                                }
-                                Err((err, _)) => return Err(client("reporting router progress")(err)),
-                            }
-                        }
+                        send_waiting(&producer, record, "reporting router progress")?;
                     }
                     reported = progress;
                 }
@@ -441,32 +465,17 @@ async fn router(
                     EventFormat::Protobuf => event::from_protobuf(payload),
                     EventFormat::Json => event::from_json(payload, &config.input.json_fields),
                 };
-                let source = sources.entry(message.partition()).or_insert_with(|| Source {
-                    routed_us: i64::MIN,
-                    last_seen: std::time::Instant::now(),
-                    start: None,
-                });
+                let source = sources.entry(message.partition()).or_insert_with(Source::new);
                 source.last_seen = std::time::Instant::now();
                 match decoded {
                     Ok(e) => {
                         source.routed_us = source.routed_us.max(e.time_us);
                         let bytes = to_impression(&e).encode_to_vec();
-                        let mut record = BaseRecord::<str, [u8]>::to(&repartition)
+                        let record = BaseRecord::<str, [u8]>::to(&repartition)
                             .key(e.request_id.as_str())
                             .payload(&bytes);
-                        loop {
-                            match producer.send(record) {
-                                Ok(()) => {
-                                    metrics.events_routed.inc();
-                                    break;
-                                }
-                                Err((RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
-                                    producer.poll(Duration::from_millis(50));
-                                    record = r;
-                                }
-                                Err((err, _)) => return Err(client("routing an event")(err)),
-                            }
-                        }
+                        send_waiting(&producer, record, "routing an event")?;
+                        metrics.events_routed.inc();
                     }
                     Err(err) => dead_letter(&producer, &config.input.dead_letter_topic, &message, err.reason(), &metrics),
                 }
@@ -755,12 +764,8 @@ async fn join(
                 for (p, task) in tasks.iter_mut() {
                     // Only a partition read to its end is quiet; one that is behind is not.
                     if task.last_features.elapsed() >= idle && read_to_end(&consumer, &features_topic, *p, task.next[0]) {
-                        let now_us = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-                            .unwrap_or(0);
                         let before = task.state.watermark_us();
-                        let rows = task.state.features_idle(now_us.saturating_sub(ooo));
+                        let rows = task.state.features_idle(wall_clock_us().saturating_sub(ooo));
                         if !rows.is_empty() || task.state.watermark_us() != before {
                             task.dirty = true;
                             task.rows.extend(rows);

@@ -157,7 +157,6 @@ pub struct JoinState {
     /// one of them is late, never a second row.
     emitted: HashMap<String, HashSet<String>>,
     max_features_us: i64,
-    max_events_us: i64,
     /// Event time up to which each events-topic partition has been routed (see
     /// [`JoinState::source_progress`]).
     sources: BTreeMap<i32, i64>,
@@ -210,7 +209,6 @@ impl JoinState {
             waiting: HashMap::new(),
             emitted: HashMap::new(),
             max_features_us: i64::MIN,
-            max_events_us: i64::MIN,
             sources: BTreeMap::new(),
             features_idle_us: i64::MIN,
             watermark_us: i64::MIN,
@@ -224,11 +222,6 @@ impl JoinState {
     /// The watermark: no event older than this is expected any more. Never decreases.
     pub fn watermark_us(&self) -> i64 {
         self.watermark_us
-    }
-
-    /// The newest event time seen on either input (`i64::MIN` before any).
-    pub fn newest_us(&self) -> i64 {
-        self.max_features_us.max(self.max_events_us)
     }
 
     /// Records that the router has moved every event of events-topic partition `source` up to
@@ -304,7 +297,6 @@ impl JoinState {
 
     /// Takes an event; returns rows it completes.
     pub fn add_event(&mut self, event: Event) -> Vec<Row> {
-        self.max_events_us = self.max_events_us.max(event.time_us);
         let mut out = Vec::new();
         let Event {
             request_id,
@@ -577,6 +569,8 @@ struct SnapshotHeader {
     emitted: Vec<SnapEmitted>,
     #[prost(int64, tag = "5")]
     max_features_us: i64,
+    /// Unused since the events' side of the watermark comes from `sources`; kept so that the
+    /// tag is never reused with another meaning.
     #[prost(int64, tag = "6")]
     max_events_us: i64,
     #[prost(int64, tag = "7")]
@@ -763,7 +757,7 @@ impl JoinState {
                 })
                 .collect(),
             max_features_us: self.max_features_us,
-            max_events_us: self.max_events_us,
+            max_events_us: i64::MIN,
             watermark_us: self.watermark_us,
             sources: self.sources.clone(),
             features_idle_us: Some(self.features_idle_us),
@@ -908,7 +902,6 @@ impl JoinState {
             .map(|e| (e.request_id, e.items.into_iter().collect()))
             .collect();
         state.max_features_us = header.max_features_us;
-        state.max_events_us = header.max_events_us;
         state.watermark_us = header.watermark_us;
         state.sources = header.sources;
         state.features_idle_us = header.features_idle_us.unwrap_or(i64::MIN);
