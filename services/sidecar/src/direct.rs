@@ -17,7 +17,9 @@ use bytes::{Buf, BufMut};
 use featurelog_schemas::featurelog::v1::DataType;
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, encode_varint};
 
-use crate::allowlist::ModelRule;
+use std::sync::Arc;
+
+use crate::allowlist::{AllowList, ModelRule};
 use crate::extract::CallContext;
 use crate::lazy::Scanned;
 
@@ -85,7 +87,7 @@ fn slice<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
 }
 
 /// How a datatype's raw little-endian elements become the record's values.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Kind {
     /// Copied as they are into a packed fixed-width field.
     Fixed { field: u32, size: usize },
@@ -245,73 +247,132 @@ pub fn eligible(rule: &ModelRule) -> bool {
         && rule.candidate_ids_parameter.is_none()
 }
 
-/// The encoded record and its row count, or `None` when the call must take the general path.
-pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Option<(Vec<u8>, u32)> {
-    if !eligible(rule) || scanned.raw.is_empty() || scanned.raw.len() != scanned.inputs.len() {
+/// What a rule reads from one layout of input headers: which inputs, as what. Nothing in it
+/// depends on the tensors' contents, so it holds for every request whose input headers are the
+/// same bytes.
+#[derive(Debug)]
+pub struct Plan {
+    /// The candidate-id input and its element size, if the rule names one.
+    ids: Option<(usize, Vec<i64>, usize)>,
+    columns: Vec<Planned>,
+}
+
+#[derive(Debug)]
+struct Planned {
+    input: usize,
+    /// Index into the rule's features: the input's name is that feature's.
+    feature: usize,
+    datatype: DataType,
+    kind: Kind,
+    shape: Vec<i64>,
+}
+
+/// The plan for `rule` on this request's inputs, or `None` when the call must take the
+/// general path.
+pub fn plan(rule: &ModelRule, scanned: &Scanned) -> Option<Plan> {
+    if !eligible(rule) || scanned.input_count() == 0 {
         return None;
     }
     // Names first, without allocating; full headers only for the inputs the rule names. The
     // first input with a name wins, as in the general path.
-    let names: Vec<&[u8]> = scanned
-        .inputs
-        .iter()
-        .map(|input| name(input))
+    let names: Vec<&[u8]> = (0..scanned.input_count())
+        .map(|i| name(scanned.input(i)))
         .collect::<Option<_>>()?;
-    let find = |wanted: &str| -> Option<Option<(Head<'_>, &[u8])>> {
+    let find = |wanted: &str| -> Option<Option<(usize, Head<'_>)>> {
         match names.iter().position(|n| *n == wanted.as_bytes()) {
-            Some(i) => Some(Some((head(&scanned.inputs[i])?, &scanned.raw[i][..]))),
+            Some(i) => Some(Some((i, head(scanned.input(i))?))),
             None => Some(None),
         }
     };
-
-    let mut ids: Vec<i64> = Vec::new();
-    let has_ids = rule.candidate_ids_input.is_some();
-    if let Some(id_input) = &rule.candidate_ids_input {
-        let (h, raw) = find(id_input)??;
-        let (_, Kind::Signed { size, .. }) = kind(h.datatype)? else {
-            return None;
-        };
-        if raw.len() != count(&h.shape)?.checked_mul(size)? {
-            return None;
-        }
-        ids.extend(signed(raw, size));
-    }
-
-    let mut heads = Vec::with_capacity(rule.features.len());
-    for name in &rule.features {
-        if let Some((h, raw)) = find(name)? {
-            let (datatype, kind) = kind(h.datatype)?;
-            let size = match kind {
-                Kind::Fixed { size, .. } | Kind::Signed { size, .. } => size,
-            };
-            if raw.len() != count(&h.shape)?.checked_mul(size)? {
+    let ids = match &rule.candidate_ids_input {
+        Some(id_input) => {
+            let (i, h) = find(id_input)??;
+            let (_, Kind::Signed { size, .. }) = kind(h.datatype)? else {
                 return None;
-            }
-            heads.push((h, raw, datatype, kind));
+            };
+            Some((i, h.shape, size))
+        }
+        None => None,
+    };
+    let mut columns = Vec::with_capacity(rule.features.len());
+    for (feature, name) in rule.features.iter().enumerate() {
+        if let Some((input, h)) = find(name)? {
+            let (datatype, kind) = kind(h.datatype)?;
+            columns.push(Planned {
+                input,
+                feature,
+                datatype,
+                kind,
+                shape: h.shape,
+            });
         }
     }
-    let rows = if has_ids {
-        ids.len()
+    Some(Plan { ids, columns })
+}
+
+/// The encoded record and its row count, or `None` when the call must take the general path.
+pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Option<(Vec<u8>, u32)> {
+    let plan = plan(rule, scanned)?;
+    let mut out = Vec::new();
+    let rows = encode_planned(&plan, rule, scanned, ctx, &mut out)?;
+    Some((out, rows))
+}
+
+/// Encodes the record into `buf` (cleared first) following `plan`, which must have been made
+/// for `rule` on input headers equal to `scanned`'s; returns its row count, or `None` when the
+/// call must take the general path.
+pub fn encode_planned(
+    plan: &Plan,
+    rule: &ModelRule,
+    scanned: &Scanned,
+    ctx: CallContext<'_>,
+    buf: &mut Vec<u8>,
+) -> Option<u32> {
+    if scanned.raw_count() != scanned.input_count() {
+        return None;
+    }
+    let mut ids: &[u8] = &[];
+    let mut id_size = 8;
+    if let Some((input, shape, size)) = &plan.ids {
+        ids = scanned.raw(*input);
+        id_size = *size;
+        if ids.len() != count(shape)?.checked_mul(*size)? {
+            return None;
+        }
+    }
+    let mut raws = Vec::with_capacity(plan.columns.len());
+    for p in &plan.columns {
+        let raw = scanned.raw(p.input);
+        let size = match p.kind {
+            Kind::Fixed { size, .. } | Kind::Signed { size, .. } => size,
+        };
+        if raw.len() != count(&p.shape)?.checked_mul(size)? {
+            return None;
+        }
+        raws.push(raw);
+    }
+    let rows = if plan.ids.is_some() {
+        ids.len() / id_size
     } else {
-        heads
+        plan.columns
             .iter()
-            .filter_map(|(h, ..)| h.shape.first())
+            .filter_map(|p| p.shape.first())
             .filter_map(|&n| usize::try_from(n).ok())
             .max()
             .unwrap_or(1)
     };
-    let mut columns = Vec::with_capacity(heads.len());
-    for (h, raw, datatype, kind) in &heads {
-        let per_request = match h.shape.first() {
+    let mut columns = Vec::with_capacity(plan.columns.len());
+    for (p, raw) in plan.columns.iter().zip(raws) {
+        let per_request = match p.shape.first() {
             None => true,
             Some(&n) if usize::try_from(n).is_ok_and(|n| n == rows) => false,
             Some(1) => true,
             Some(_) => return None,
         };
         columns.push(Column::new(
-            h.name,
-            (*datatype, *kind),
-            h.shape.get(1..).unwrap_or(&[]),
+            rule.features.get(p.feature)?.as_bytes(),
+            (p.datatype, p.kind),
+            p.shape.get(1..).unwrap_or(&[]),
             per_request,
             raw,
         ));
@@ -331,10 +392,10 @@ pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Opti
                 0
             }
     });
-    let mut itoa = itoa::Buffer::new();
-    let ids_len: usize = ids
-        .iter()
-        .map(|&id| bytes_field_len(8, itoa.format(id).len()))
+    // Each id's decimal length from its logarithm: formatting it twice (once to size the
+    // record, once to write it) was the publisher's largest single cost (perf).
+    let ids_len: usize = signed(ids, id_size)
+        .map(|id| bytes_field_len(8, decimal_len(id)))
         .sum();
     let capacity = 64
         + ctx.request_id.len()
@@ -348,42 +409,127 @@ pub fn encode(rule: &ModelRule, scanned: &Scanned, ctx: CallContext<'_>) -> Opti
             .map(|c| 1 + varint_len(c.len as u64) + c.len)
             .sum::<usize>();
 
-    let mut buf = Vec::with_capacity(capacity);
-    bytes_field(&mut buf, 1, ctx.request_id.as_bytes());
-    bytes_field(&mut buf, 2, scanned.model_name.as_bytes());
-    bytes_field(&mut buf, 3, scanned.model_version.as_bytes());
+    buf.clear();
+    buf.reserve(capacity);
+    bytes_field(buf, 1, ctx.request_id.as_bytes());
+    bytes_field(buf, 2, scanned.model_name.as_bytes());
+    bytes_field(buf, 3, scanned.model_version.as_bytes());
     if let (Some((seconds, nanos)), Some(len)) = (served_at, timestamp_len) {
-        key(&mut buf, 4, WireType::LengthDelimited);
-        encode_varint(len as u64, &mut buf);
+        key(buf, 4, WireType::LengthDelimited);
+        encode_varint(len as u64, buf);
         if seconds != 0 {
-            key(&mut buf, 1, WireType::Varint);
-            encode_varint(seconds as u64, &mut buf);
+            key(buf, 1, WireType::Varint);
+            encode_varint(seconds as u64, buf);
         }
         if nanos != 0 {
-            key(&mut buf, 2, WireType::Varint);
-            encode_varint(nanos as i64 as u64, &mut buf);
+            key(buf, 2, WireType::Varint);
+            encode_varint(nanos as i64 as u64, buf);
         }
     }
-    bytes_field(&mut buf, 5, ctx.instance.as_bytes());
-    bytes_field(&mut buf, 6, ctx.allow_list_version.as_bytes());
+    bytes_field(buf, 5, ctx.instance.as_bytes());
+    bytes_field(buf, 6, ctx.allow_list_version.as_bytes());
     if row_count != 0 {
-        key(&mut buf, 7, WireType::Varint);
-        encode_varint(u64::from(row_count), &mut buf);
+        key(buf, 7, WireType::Varint);
+        encode_varint(u64::from(row_count), buf);
     }
-    for &id in &ids {
+    let mut itoa = itoa::Buffer::new();
+    for id in signed(ids, id_size) {
         // An id is never empty, so it is always written (repeated strings keep empty entries
         // too, which `bytes_field` would skip).
         let text = itoa.format(id).as_bytes();
-        key(&mut buf, 8, WireType::LengthDelimited);
-        encode_varint(text.len() as u64, &mut buf);
+        key(buf, 8, WireType::LengthDelimited);
+        encode_varint(text.len() as u64, buf);
         buf.put_slice(text);
     }
     for c in &columns {
-        key(&mut buf, 9, WireType::LengthDelimited);
-        encode_varint(c.len as u64, &mut buf);
-        c.encode(&mut buf);
+        key(buf, 9, WireType::LengthDelimited);
+        encode_varint(c.len as u64, buf);
+        c.encode(buf);
     }
-    Some((buf, row_count))
+    Some(row_count)
+}
+
+/// The length of `v` in decimal, sign included.
+fn decimal_len(v: i64) -> usize {
+    let digits = v
+        .unsigned_abs()
+        .checked_ilog10()
+        .map_or(1, |l| l as usize + 1);
+    digits + usize::from(v < 0)
+}
+
+/// Plans by the bytes of the input headers they were made for, so a request laid out like a
+/// recent one skips reading its 51 headers (perf: names and headers were a fifth of the
+/// publisher's time). A few entries: a sidecar usually serves one model, sometimes a handful.
+#[derive(Default)]
+pub struct PlanCache {
+    entries: Vec<CachedPlan>,
+    next: usize,
+    /// The plan of the last request that had no key to cache it by.
+    uncached: Option<Plan>,
+}
+
+struct CachedPlan {
+    /// Held so that the rule's address below stays its own while the entry lives.
+    list: Arc<AllowList>,
+    rule: usize,
+    inputs: Vec<u8>,
+    plan: Option<Plan>,
+}
+
+const PLAN_CACHE_ENTRIES: usize = 4;
+
+impl PlanCache {
+    /// The plan for `rule` (a rule of `list`) on `scanned`'s inputs, made or reused.
+    pub fn plan(
+        &mut self,
+        list: &Arc<AllowList>,
+        rule: &ModelRule,
+        scanned: &Scanned,
+    ) -> Option<&Plan> {
+        let rule_addr = std::ptr::from_ref(rule) as usize;
+        let Some(inputs) = scanned.inputs_run() else {
+            // Interleaved fields: no key to cache by; plan every time.
+            self.uncached = plan(rule, scanned);
+            return self.uncached.as_ref();
+        };
+        let hit = self
+            .entries
+            .iter()
+            .position(|e| e.rule == rule_addr && Arc::ptr_eq(&e.list, list) && e.inputs == inputs);
+        match hit {
+            Some(i) => self.entries[i].plan.as_ref(),
+            None => {
+                let plan = plan(rule, scanned);
+                self.insert(list, rule_addr, inputs.to_vec(), plan)
+            }
+        }
+    }
+
+    fn insert(
+        &mut self,
+        list: &Arc<AllowList>,
+        rule: usize,
+        inputs: Vec<u8>,
+        plan: Option<Plan>,
+    ) -> Option<&Plan> {
+        let entry = CachedPlan {
+            list: list.clone(),
+            rule,
+            inputs,
+            plan,
+        };
+        let i = if self.entries.len() < PLAN_CACHE_ENTRIES {
+            self.entries.push(entry);
+            self.entries.len() - 1
+        } else {
+            let i = self.next;
+            self.entries[i] = entry;
+            self.next = (i + 1) % PLAN_CACHE_ENTRIES;
+            i
+        };
+        self.entries[i].plan.as_ref()
+    }
 }
 
 fn count(shape: &[i64]) -> Option<usize> {
@@ -508,6 +654,86 @@ mod tests {
             // NaN != NaN: compare the encodings of two independently built records.
             assert_eq!(got.encode_to_vec(), want.encode_to_vec());
         }
+    }
+
+    #[test]
+    fn decimal_lengths() {
+        for v in [
+            0,
+            9,
+            10,
+            -1,
+            -10,
+            99,
+            100,
+            i64::MAX,
+            i64::MIN,
+            9_000_000_001,
+        ] {
+            assert_eq!(decimal_len(v), v.to_string().len(), "{v}");
+        }
+    }
+
+    fn cached(
+        cache: &mut PlanCache,
+        list: &Arc<AllowList>,
+        request: &ModelInferRequest,
+    ) -> Option<FeatureLog> {
+        let scanned = crate::lazy::scan(Bytes::from(request.encode_to_vec())).unwrap();
+        let rule = &list.models[0];
+        let plan = cache.plan(list, rule, &scanned)?;
+        let mut out = Vec::new();
+        encode_planned(plan, rule, &scanned, ctx(), &mut out)?;
+        Some(FeatureLog::decode(&out[..]).unwrap())
+    }
+
+    #[test]
+    fn plans_are_reused_only_for_the_same_input_headers() {
+        let list = Arc::new(AllowList {
+            version: "v7".into(),
+            models: vec![rule(&["price", "emb"], Some("item_id"))],
+        });
+        let mut cache = PlanCache::default();
+        let make = |seed: f32, rows: usize| {
+            request(&[
+                (
+                    "item_id",
+                    "INT64",
+                    &[rows as i64],
+                    TensorValues::Int64((0..rows as i64).map(|i| i * 7 - 3).collect()),
+                ),
+                (
+                    "price",
+                    "FP32",
+                    &[rows as i64],
+                    TensorValues::Fp32(floats(rows, seed)),
+                ),
+                (
+                    "emb",
+                    "FP32",
+                    &[rows as i64, 2],
+                    TensorValues::Fp32(floats(rows * 2, seed)),
+                ),
+            ])
+        };
+        // Same layout, other values (a hit); another row count (a miss); then back.
+        for req in [make(1.0, 4), make(2.0, 4), make(3.0, 5), make(4.0, 4)] {
+            let want = general(&list.models[0], &req);
+            let got = cached(&mut cache, &list, &req).expect("eligible");
+            assert_eq!(got.encode_to_vec(), want.encode_to_vec());
+        }
+        assert_eq!(cache.entries.len(), 2);
+        // Raw contents that no longer match the cached shape go the general way.
+        let mut bad = make(5.0, 4);
+        bad.raw_input_contents[1] = Bytes::from_static(&[0; 12]);
+        assert!(cached(&mut cache, &list, &bad).is_none());
+        // A new allow list does not reuse the old one's plans.
+        let other = Arc::new(AllowList {
+            version: "v8".into(),
+            models: vec![rule(&["emb"], Some("item_id"))],
+        });
+        let got = cached(&mut cache, &other, &make(6.0, 4)).unwrap();
+        assert_eq!(got.features.len(), 1);
     }
 
     #[test]

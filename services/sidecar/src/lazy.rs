@@ -7,6 +7,7 @@
 //! `ModelInferRequest` that [`crate::extract`] reads like the real one.
 
 use std::collections::HashSet;
+use std::ops::Range;
 
 use bytes::{Buf, Bytes};
 use featurelog_schemas::inference::model_infer_request::InferInputTensor;
@@ -26,11 +27,10 @@ pub enum LazyError {
     RawCount(TensorError),
 }
 
-/// The `name` (field 1) of an encoded tensor message, as a slice of it: no allocation for the
+/// The `name` (field 1) of an encoded tensor message, borrowed from it: no allocation for the
 /// many inputs that are not logged.
-fn tensor_name(tensor: &Bytes) -> Result<Bytes, LazyError> {
-    let mut buf = tensor.clone();
-    let mut name = Bytes::new();
+fn tensor_name(mut buf: &[u8]) -> Result<&[u8], LazyError> {
+    let mut name: &[u8] = &[];
     while buf.has_remaining() {
         let (tag, wire_type) = decode_key(&mut buf).map_err(|_| LazyError::Malformed)?;
         if (tag, wire_type) == (1, WireType::LengthDelimited) {
@@ -52,22 +52,29 @@ struct ParameterEntry {
     value: Option<InferParameter>,
 }
 
-fn length_delimited(buf: &mut Bytes) -> Result<Bytes, LazyError> {
+fn length_delimited<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], LazyError> {
     let len = usize::try_from(decode_varint(buf).map_err(|_| LazyError::Malformed)?)
         .map_err(|_| LazyError::Malformed)?;
-    if len > buf.remaining() {
+    if len > buf.len() {
         return Err(LazyError::Malformed);
     }
-    Ok(buf.split_to(len))
+    let (field, rest) = buf.split_at(len);
+    *buf = rest;
+    Ok(field)
 }
 
-fn string(field: Bytes) -> Result<String, LazyError> {
-    String::from_utf8(field.to_vec()).map_err(|_| LazyError::Malformed)
+fn string(field: &[u8]) -> Result<String, LazyError> {
+    std::str::from_utf8(field)
+        .map(str::to_owned)
+        .map_err(|_| LazyError::Malformed)
 }
 
-/// One pass over a request's top-level fields: its head, and each input, raw-contents entry
-/// and parameter as a slice of the original buffer. The publisher picks the allow-list rule
-/// from the head, then decodes only what the rule needs with [`Scanned::decode_for_rule`].
+/// One pass over a request's top-level fields: its head, and where each input, raw-contents
+/// entry and parameter lies in the buffer. The publisher picks the allow-list rule from the
+/// head, then decodes only what the rule needs with [`Scanned::decode_for_rule`].
+///
+/// Positions rather than `Bytes` slices: a slice costs an atomic reference count up and down,
+/// and a request carries a hundred of them of which a dozen are read.
 #[derive(Debug, Default)]
 pub struct Scanned {
     /// The model's name.
@@ -76,34 +83,68 @@ pub struct Scanned {
     pub model_version: String,
     /// The request's own id (empty if none).
     pub id: String,
-    pub(crate) inputs: Vec<Bytes>,
-    pub(crate) raw: Vec<Bytes>,
-    pub(crate) params: Vec<Bytes>,
+    buf: Bytes,
+    inputs: Vec<Range<usize>>,
+    raw: Vec<Range<usize>>,
+    params: Vec<Range<usize>>,
+    /// The encoded input fields, keys and lengths included, when they are one run of the
+    /// buffer (as every encoder writes a repeated field): equal runs are equal input headers.
+    inputs_run: Option<Range<usize>>,
 }
 
 /// Scans a serialised ModelInferRequest.
-pub fn scan(mut buf: Bytes) -> Result<Scanned, LazyError> {
+pub fn scan(buf: Bytes) -> Result<Scanned, LazyError> {
     // Sized for a typical recommender's request, so that pushing is not reallocating.
     let mut s = Scanned {
         inputs: Vec::with_capacity(64),
         raw: Vec::with_capacity(64),
         ..Scanned::default()
     };
-    while buf.has_remaining() {
-        let (tag, wire_type) = decode_key(&mut buf).map_err(|_| LazyError::Malformed)?;
-        match (tag, wire_type) {
-            (1, WireType::LengthDelimited) => s.model_name = string(length_delimited(&mut buf)?)?,
-            (2, WireType::LengthDelimited) => {
-                s.model_version = string(length_delimited(&mut buf)?)?;
+    let total = buf.len();
+    let mut run_contiguous = true;
+    let mut run = 0..0;
+    {
+        let mut rest: &[u8] = &buf;
+        let at = |rest: &[u8]| total - rest.len();
+        let range = |field: &[u8], rest: &[u8]| at(rest) - field.len()..at(rest);
+        while rest.has_remaining() {
+            let key_at = at(rest);
+            let (tag, wire_type) = decode_key(&mut rest).map_err(|_| LazyError::Malformed)?;
+            match (tag, wire_type) {
+                (1, WireType::LengthDelimited) => {
+                    s.model_name = string(length_delimited(&mut rest)?)?;
+                }
+                (2, WireType::LengthDelimited) => {
+                    s.model_version = string(length_delimited(&mut rest)?)?;
+                }
+                (3, WireType::LengthDelimited) => s.id = string(length_delimited(&mut rest)?)?,
+                (4, WireType::LengthDelimited) => {
+                    let field = length_delimited(&mut rest)?;
+                    s.params.push(range(field, rest));
+                }
+                (5, WireType::LengthDelimited) => {
+                    let field = length_delimited(&mut rest)?;
+                    if s.inputs.is_empty() {
+                        run.start = key_at;
+                    } else if run.end != key_at {
+                        run_contiguous = false;
+                    }
+                    run.end = at(rest);
+                    s.inputs.push(range(field, rest));
+                }
+                (7, WireType::LengthDelimited) => {
+                    let field = length_delimited(&mut rest)?;
+                    s.raw.push(range(field, rest));
+                }
+                _ => skip_field(wire_type, tag, &mut rest, DecodeContext::default())
+                    .map_err(|_| LazyError::Malformed)?,
             }
-            (3, WireType::LengthDelimited) => s.id = string(length_delimited(&mut buf)?)?,
-            (4, WireType::LengthDelimited) => s.params.push(length_delimited(&mut buf)?),
-            (5, WireType::LengthDelimited) => s.inputs.push(length_delimited(&mut buf)?),
-            (7, WireType::LengthDelimited) => s.raw.push(length_delimited(&mut buf)?),
-            _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())
-                .map_err(|_| LazyError::Malformed)?,
         }
     }
+    if run_contiguous && !s.inputs.is_empty() {
+        s.inputs_run = Some(run);
+    }
+    s.buf = buf;
     Ok(s)
 }
 
@@ -113,6 +154,31 @@ pub fn decode_for_rule(buf: Bytes, rule: &ModelRule) -> Result<ModelInferRequest
 }
 
 impl Scanned {
+    /// The number of inputs.
+    pub(crate) fn input_count(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// The number of raw-contents entries.
+    pub(crate) fn raw_count(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// The `i`-th encoded input tensor.
+    pub(crate) fn input(&self, i: usize) -> &[u8] {
+        self.inputs.get(i).map_or(&[], |r| &self.buf[r.clone()])
+    }
+
+    /// The `i`-th raw-contents entry.
+    pub(crate) fn raw(&self, i: usize) -> &[u8] {
+        self.raw.get(i).map_or(&[], |r| &self.buf[r.clone()])
+    }
+
+    /// All input fields as one run of bytes, if they are one (see [`Scanned::inputs_run`]).
+    pub(crate) fn inputs_run(&self) -> Option<&[u8]> {
+        self.inputs_run.as_ref().map(|r| &self.buf[r.clone()])
+    }
+
     /// The request with only the inputs `rule` needs (its features and candidate-id tensor),
     /// their raw contents at matching positions, and its parameters when the rule reads any.
     pub fn decode_for_rule(self, rule: &ModelRule) -> Result<ModelInferRequest, LazyError> {
@@ -120,9 +186,11 @@ impl Scanned {
             model_name,
             model_version,
             id,
+            buf,
             inputs,
             raw,
             params,
+            inputs_run: _,
         } = self;
         let mut request = ModelInferRequest {
             model_name,
@@ -143,20 +211,21 @@ impl Scanned {
             .map(String::as_str)
             .collect();
         for (i, input) in inputs.into_iter().enumerate() {
-            let name = tensor_name(&input)?;
-            if !std::str::from_utf8(&name).is_ok_and(|n| wanted.contains(n)) {
+            let name = tensor_name(&buf[input.clone()])?;
+            if !std::str::from_utf8(name).is_ok_and(|n| wanted.contains(n)) {
                 continue;
             }
-            request
-                .inputs
-                .push(InferInputTensor::decode(input).map_err(|_| LazyError::Malformed)?);
+            request.inputs.push(
+                InferInputTensor::decode(buf.slice(input)).map_err(|_| LazyError::Malformed)?,
+            );
             if let Some(r) = raw.get(i) {
-                request.raw_input_contents.push(r.clone());
+                request.raw_input_contents.push(buf.slice(r.clone()));
             }
         }
         if !rule.parameters.is_empty() || rule.candidate_ids_parameter.is_some() {
             for entry in params {
-                let entry = ParameterEntry::decode(entry).map_err(|_| LazyError::Malformed)?;
+                let entry =
+                    ParameterEntry::decode(&buf[entry]).map_err(|_| LazyError::Malformed)?;
                 request
                     .parameters
                     .insert(entry.key, entry.value.unwrap_or_default());

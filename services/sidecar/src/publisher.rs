@@ -25,8 +25,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use tokio_util::sync::CancellationToken;
 
 use crate::SidecarError;
-use crate::allowlist::AllowListHandle;
+use crate::allowlist::{AllowList, AllowListHandle};
 use crate::config::{AdaptiveConfig, PublishConfig};
+use crate::direct::PlanCache;
 use crate::extract::{CallContext, extract};
 use crate::metrics::Metrics;
 use crate::sampling;
@@ -69,6 +70,13 @@ pub struct CapturedCall {
     pub fallback_request_id: String,
     /// When the call arrived.
     pub served_at: SystemTime,
+}
+
+/// A call in the queue, with the allow list in force when it was made: a reload while it waits
+/// does not change what is logged of it (nor the version its record carries).
+struct Queued {
+    call: CapturedCall,
+    allow_list: Arc<AllowList>,
 }
 
 /// Delivery outcomes since the controller last looked.
@@ -172,7 +180,7 @@ struct Shared {
 
 /// The queue, the publisher threads and the producer.
 pub struct Publisher {
-    tx: SyncSender<CapturedCall>,
+    tx: SyncSender<Queued>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -236,7 +244,11 @@ impl Publisher {
 
     /// Queues a call for logging, or drops and counts it when the queue is full. Never waits.
     pub fn submit(&self, call: CapturedCall) {
-        match self.tx.try_send(call) {
+        let queued = Queued {
+            call,
+            allow_list: self.shared.allow_list.current(),
+        };
+        match self.tx.try_send(queued) {
             Ok(()) => {
                 let depth = self.shared.queue_len.fetch_add(1, Ordering::Relaxed) + 1;
                 self.shared.metrics.queue_depth.set(depth as i64);
@@ -310,14 +322,28 @@ async fn control(
 /// How long a publisher thread sleeps when the queue is empty. A call waits at most this long
 /// before it is worked on; in exchange no thread is ever blocked on the queue, so handing a call
 /// over costs the proxy no wake-up system call, and each wake-up here serves a whole batch.
-const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+const DRAIN_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The largest record buffer a publisher thread keeps between calls.
+const RECORD_BUFFER_KEPT: usize = 1 << 20;
 
 /// Calls taken from the queue at a time (under its lock).
 const BATCH: usize = 256;
 
-fn worker(shared: &Shared, rx: &Mutex<Receiver<CapturedCall>>) {
+/// What a publisher thread keeps from one call to the next.
+#[derive(Default)]
+struct Local {
+    /// For joining a body's chunks (see [`concat`]).
+    scratch: BytesMut,
+    /// The fast path's plans by request layout.
+    plans: PlanCache,
+    /// The encoded record; librdkafka copies it, so one buffer serves every call.
+    record: Vec<u8>,
+}
+
+fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
     let mut batch = Vec::with_capacity(BATCH);
-    let mut scratch = BytesMut::new();
+    let mut local = Local::default();
     loop {
         let mut disconnected = false;
         match rx.lock() {
@@ -342,7 +368,7 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<CapturedCall>>) {
                 .fetch_sub(1, Ordering::Relaxed)
                 .saturating_sub(1);
             shared.metrics.queue_depth.set(depth as i64);
-            publish(shared, call, &mut scratch);
+            publish(shared, call, &mut local);
         }
         // The publisher threads also serve librdkafka's delivery reports and statistics
         // (BaseProducer rather than ThreadedProducer: no extra thread waking on its own). Each
@@ -416,14 +442,18 @@ fn unframe(
     }
 }
 
-fn publish(shared: &Shared, call: CapturedCall, scratch: &mut BytesMut) {
+fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
+    let Queued {
+        call,
+        allow_list: list,
+    } = queued;
     let metrics = &shared.metrics;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
     let unframed = unframe(
         call.request,
         call.request_encoding.as_deref(),
         shared.max_message_bytes,
-        scratch,
+        &mut local.scratch,
     );
     let request_bytes = match unframed {
         Ok(b) => b,
@@ -432,18 +462,17 @@ fn publish(shared: &Shared, call: CapturedCall, scratch: &mut BytesMut) {
         Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
     };
     // One pass over the request: the head picks the rule, the rest is decoded only if logged.
-    let scanned = match crate::lazy::scan(request_bytes) {
+    let mut scanned = match crate::lazy::scan(request_bytes) {
         Ok(s) => s,
         Err(_) => return metrics.drop_call("malformed_protobuf"),
     };
-    let list = shared.allow_list.current();
     let Some(rule) = list.rule(&scanned.model_name, &scanned.model_version) else {
         return metrics.skip_call("not_allow_listed");
     };
     let request_id = if scanned.id.is_empty() {
         call.fallback_request_id
     } else {
-        scanned.id.clone()
+        std::mem::take(&mut scanned.id)
     };
     if !sampling::sampled(&request_id, rule.sample_rate) {
         return metrics.skip_call("not_sampled");
@@ -459,9 +488,17 @@ fn publish(shared: &Shared, call: CapturedCall, scratch: &mut BytesMut) {
         instance: &shared.instance,
         allow_list_version: &list.version,
     };
-    if let Some((payload, rows)) = crate::direct::encode(rule, &scanned, ctx) {
-        drop(scanned);
-        return produce(shared, &request_id, &payload, rows, request_size);
+    if let Some(plan) = local.plans.plan(&list, rule, &scanned) {
+        let record = &mut local.record;
+        if let Some(rows) = crate::direct::encode_planned(plan, rule, &scanned, ctx, record) {
+            drop(scanned);
+            produce(shared, &request_id, record, rows, request_size);
+            // A rare huge record should not pin its memory for the thread's lifetime.
+            if record.capacity() > RECORD_BUFFER_KEPT {
+                *record = Vec::new();
+            }
+            return;
+        }
     }
     let request = match scanned.decode_for_rule(rule) {
         Ok(r) => r,
