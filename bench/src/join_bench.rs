@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use featurelog_joiner::config::JoinerConfig;
+use featurelog_joiner::log::{Layouts, ServedLog};
 use featurelog_joiner::sink::{Dataset, SinkOptions};
 use featurelog_joiner::state::{JoinConfig, JoinState, Labels, Row};
 use featurelog_kafka::KafkaConfig;
@@ -46,8 +47,12 @@ struct Args {
     #[arg(long, default_value = "10s")]
     flush_interval: String,
     /// Kafka bootstrap servers.
-    #[arg(long, env = "FEATURELOG_KAFKA")]
+    #[arg(long, env = "FEATURELOG_KAFKA", default_value = "")]
     kafka: String,
+    /// Only fill a join state and print its memory (the benchmark runs itself with this, so
+    /// that the measurement starts from a fresh process's resident memory).
+    #[arg(long, hide = true)]
+    memory_probe: bool,
 }
 
 fn cpu_seconds() -> f64 {
@@ -179,6 +184,13 @@ async fn scrape(addr: std::net::SocketAddr) -> Option<String> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.memory_probe {
+        return memory_probe(&args);
+    }
+    anyhow::ensure!(
+        !args.kafka.is_empty(),
+        "set --kafka or FEATURELOG_KAFKA (scripts/kafka.sh start gives a broker)"
+    );
     let kafka = KafkaConfig::new(&args.kafka);
     let run = std::process::id();
     let (features, events) = (
@@ -249,32 +261,25 @@ async fn main() -> anyhow::Result<()> {
         consume_cpu / join_cpu
     );
 
-    // 2. Memory per buffered request.
-    let logs: Vec<FeatureLog> = (0..args.requests.min(20_000))
-        .map(|i| feature_log(&args, i, 1_764_439_200))
-        .collect();
-    let mut state = JoinState::new(JoinConfig {
-        features_wait_us: 3_600_000_000,
-        impressions_wait_us: 3_600_000_000,
-        label_window_us: None,
-        max_out_of_orderness_us: 0,
-        negatives_rate: 0.0,
-        max_bytes: usize::MAX,
-        event_sources: 1,
-    });
-    let n = logs.len();
-    for log in logs {
-        state.add_features(log);
-    }
-    println!(
-        "memory per buffered request ({} candidates x {} features): {:.0} bytes (the state's accounting: the record's encoded size plus 64 bytes per candidate for its index)",
-        args.candidates,
-        args.features,
-        state.bytes() as f64 / n as f64,
-    );
+    // 2. Memory per buffered request, in a fresh process: this one's allocator keeps the
+    // join's freed memory, which would hide the growth.
+    let probe = std::process::Command::new(std::env::current_exe()?)
+        .args([
+            "--memory-probe",
+            "--candidates",
+            &args.candidates.to_string(),
+        ])
+        .args(["--features", &args.features.to_string()])
+        .args(["--requests", &args.requests.to_string()])
+        .output()
+        .context("running the memory probe")?;
+    print!("{}", String::from_utf8_lossy(&probe.stdout));
 
     // 3. The Parquet stage against arrow's writer alone, on the same rows.
-    let log = Arc::new(feature_log(&args, 0, 1_764_439_200));
+    let log = Arc::new(ServedLog::decode(
+        feature_log(&args, 0, 1_764_439_200).encode_to_vec(),
+        &mut Layouts::default(),
+    )?);
     let rows: Vec<Row> = (0..100_000)
         .map(|i| Row {
             request_id: format!("bench-{}", i / args.candidates),
@@ -308,4 +313,43 @@ async fn main() -> anyhow::Result<()> {
         stage_s / raw_s
     );
     Ok(())
+}
+
+/// Fills a join state as the joiner does and prints its memory per request: the state's own
+/// accounting (what its memory bound counts) and the growth of resident memory.
+fn memory_probe(args: &Args) -> anyhow::Result<()> {
+    let mut state = JoinState::new(JoinConfig {
+        features_wait_us: 3_600_000_000,
+        impressions_wait_us: 3_600_000_000,
+        label_window_us: None,
+        max_out_of_orderness_us: 0,
+        negatives_rate: 0.0,
+        max_bytes: usize::MAX,
+        event_sources: 1,
+    });
+    let n = args.requests.min(20_000);
+    let rss_before = resident_bytes();
+    for i in 0..n {
+        // As the joiner reads them from Kafka: packed float values stay in the bytes.
+        let raw = feature_log(args, i, 1_764_439_200).encode_to_vec();
+        let log = ServedLog::decode(raw, state.layouts())?;
+        state.add_features(log);
+    }
+    let rss_growth = resident_bytes().saturating_sub(rss_before);
+    println!(
+        "memory per buffered request ({} candidates x {} features): {:.0} bytes by the state's accounting (the record's bytes plus fixed costs per entry and candidate), {:.0} bytes of resident memory growth",
+        args.candidates,
+        args.features,
+        state.bytes() as f64 / n as f64,
+        rss_growth as f64 / n as f64,
+    );
+    Ok(())
+}
+
+/// The process's resident memory, from /proc/self/statm (0 where that is unavailable).
+fn resident_bytes() -> usize {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .map_or(0, |pages| pages * 4096)
 }

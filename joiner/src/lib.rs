@@ -1,6 +1,7 @@
 //! The joiner's building blocks (see docs/JOINER.md for the design they implement).
 //!
 //! - [`event`]: impression, click and conversion events from apps, as protobuf or JSON.
+//! - [`log`]: feature logs held as their records' bytes, decoded but for packed float values.
 //! - [`state`]: the event-time join of feature logs with those events, per task.
 //! - [`rows`]: training rows as Arrow record batches with each feature's real type.
 //! - [`sink`]: the Parquet dataset and its commit protocol (checkpoints, roll forward, recovery).
@@ -9,6 +10,7 @@
 
 pub mod config;
 pub mod event;
+pub mod log;
 pub mod metrics;
 pub mod rows;
 pub mod run;

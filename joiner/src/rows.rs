@@ -28,8 +28,9 @@ use arrow_array::{
     PrimitiveArray, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array,
 };
 use arrow_schema::{ArrowError, DataType as ArrowType, Field, Schema};
-use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
+use featurelog_schemas::featurelog::v1::{DataType, Values};
 
+use crate::log::{Column, Layout, ServedLog, Side};
 use crate::state::Row;
 
 /// A FeatureLog whose columns do not hold what their shapes say.
@@ -44,63 +45,36 @@ pub struct InvalidFeatureLog {
     pub problem: String,
 }
 
-fn values_len(dt: DataType, v: &Values) -> Option<usize> {
-    Some(match dt {
-        DataType::Bool => v.bool_values.len(),
-        DataType::Int8 | DataType::Int16 | DataType::Int32 => v.int32_values.len(),
-        DataType::Int64 => v.int64_values.len(),
-        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => v.uint32_values.len(),
-        DataType::Uint64 => v.uint64_values.len(),
-        DataType::Fp16 | DataType::Bf16 => v.half_bits.len(),
-        DataType::Fp32 => v.fp32_values.len(),
-        DataType::Fp64 => v.fp64_values.len(),
-        DataType::Bytes => v.bytes_values.len(),
-        DataType::Unspecified => return None,
-    })
-}
-
-fn per_row(f: &Feature) -> Option<usize> {
-    f.row_shape.iter().try_fold(1usize, |acc, &d| {
-        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
-    })
-}
-
 /// Checks that every column of a record holds `row_count` rows (one if per request) of its
 /// shape, that candidate ids match the row count, and that every datatype is known. Records
 /// that fail are dead-lettered rather than joined.
-pub fn validate(log: &FeatureLog) -> Result<(), InvalidFeatureLog> {
+pub fn validate(log: &ServedLog) -> Result<(), InvalidFeatureLog> {
     let err = |column: &str, problem: String| InvalidFeatureLog {
         request_id: log.request_id.clone(),
         column: column.to_owned(),
         problem,
     };
     let rows = log.row_count as usize;
-    if !log.candidate_ids.is_empty() && log.candidate_ids.len() != rows {
-        return Err(err(
-            "candidate_ids",
-            format!("{} ids for {rows} rows", log.candidate_ids.len()),
-        ));
+    let ids = log.candidate_count();
+    if ids != 0 && ids != rows {
+        return Err(err("candidate_ids", format!("{ids} ids for {rows} rows")));
     }
-    for f in log.features.iter().chain(&log.outputs) {
-        let dt = DataType::try_from(f.datatype)
-            .ok()
-            .filter(|d| *d != DataType::Unspecified)
-            .ok_or_else(|| err(&f.name, format!("unknown datatype {}", f.datatype)))?;
-        let width =
-            per_row(f).ok_or_else(|| err(&f.name, format!("bad shape {:?}", f.row_shape)))?;
-        let want = if f.per_request {
+    for (i, c) in log.layout().columns().iter().enumerate() {
+        if c.data_type() == DataType::Unspecified {
+            return Err(err(&c.name, format!("unknown datatype {}", c.datatype)));
+        }
+        let width = c
+            .width()
+            .ok_or_else(|| err(&c.name, format!("bad shape {:?}", c.row_shape)))?;
+        let want = if c.per_request {
             width
         } else {
             width.saturating_mul(rows)
         };
-        let got = f
-            .values
-            .as_ref()
-            .and_then(|v| values_len(dt, v))
-            .unwrap_or(0);
+        let got = log.values_len(i);
         if got != want {
             return Err(err(
-                &f.name,
+                &c.name,
                 format!("{got} values, the shape needs {want}"),
             ));
         }
@@ -111,16 +85,10 @@ pub fn validate(log: &FeatureLog) -> Result<(), InvalidFeatureLog> {
 /// Where a column's values come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ColumnKey {
-    source: Source,
+    source: Side,
     name: String,
     datatype: DataType,
     row_shape: Vec<i64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Source {
-    Feature,
-    Output,
 }
 
 /// FP16 bits to the f32 of the same value.
@@ -146,16 +114,30 @@ fn bf16_to_f32(bits: u16) -> f32 {
     f32::from_bits(u32::from(bits) << 16)
 }
 
-fn find<'a>(row: &'a Row, key: &ColumnKey) -> Option<&'a Feature> {
-    Finder::new(key).find(row)
+fn find<'a>(row: &'a Row, key: &ColumnKey) -> Option<&'a Column> {
+    Finder::new(key).find(row).map(|c| c.column)
 }
 
-/// Finds one column's feature in row after row. Rows of the same request share their log, and
-/// logs of one model list their features in the same order, so it remembers the last log and
-/// the last position instead of comparing names through the list for every row.
+/// One row's column: its metadata, and where to read its values.
+#[derive(Clone, Copy)]
+struct Cell<'a> {
+    log: &'a ServedLog,
+    index: usize,
+    column: &'a Column,
+}
+
+impl<'a> Cell<'a> {
+    fn values(&self) -> Option<&'a Values> {
+        self.log.values(self.index)
+    }
+}
+
+/// Finds one column in row after row. Logs of one model and allow list share a layout, so it
+/// remembers the last layout and the column's position in it instead of comparing names
+/// through the list for every row.
 struct Finder<'k> {
     key: &'k ColumnKey,
-    last: Option<(*const FeatureLog, Option<usize>)>,
+    last: Option<(*const Layout, Option<usize>)>,
     hint: usize,
 }
 
@@ -168,36 +150,39 @@ impl<'k> Finder<'k> {
         }
     }
 
-    fn find<'a>(&mut self, row: &'a Row) -> Option<&'a Feature> {
+    fn find<'a>(&mut self, row: &'a Row) -> Option<Cell<'a>> {
         let key = self.key;
-        let list = match key.source {
-            Source::Feature => &row.features.features,
-            Source::Output => &row.features.outputs,
-        };
-        let log = Arc::as_ptr(&row.features);
+        let log: &ServedLog = &row.features;
+        let columns = log.layout().columns();
+        let cell = |index: usize| columns.get(index).map(|column| Cell { log, index, column });
+        // The rows' logs keep their layouts alive, so a pointer seen is never reused here.
+        let ptr = Arc::as_ptr(log.layout());
         if let Some((last, at)) = self.last {
-            if last == log {
-                return at.and_then(|i| list.get(i));
+            if last == ptr {
+                return at.and_then(cell);
             }
         }
-        let matches = |f: &Feature| {
-            f.name == key.name && f.datatype == key.datatype as i32 && f.row_shape == key.row_shape
+        let matches = |c: &Column| {
+            c.side == key.source
+                && c.name == key.name
+                && c.datatype == key.datatype as i32
+                && c.row_shape == key.row_shape
         };
-        let at = if list.get(self.hint).is_some_and(matches) {
+        let at = if columns.get(self.hint).is_some_and(matches) {
             Some(self.hint)
         } else {
-            list.iter().position(matches)
+            columns.iter().position(matches)
         };
         if let Some(i) = at {
             self.hint = i;
         }
-        self.last = Some((log, at));
-        at.and_then(|i| list.get(i))
+        self.last = Some((ptr, at));
+        at.and_then(cell)
     }
 }
 
 /// The element range of `row`'s value in a column.
-fn range(row: &Row, f: &Feature, width: usize) -> (usize, usize) {
+fn range(row: &Row, f: &Column, width: usize) -> (usize, usize) {
     let start = if f.per_request { 0 } else { row.row * width };
     (start, start + width)
 }
@@ -206,17 +191,15 @@ fn primitive<T: ArrowPrimitiveType>(
     rows: &[Row],
     key: &ColumnKey,
     width: usize,
-    extend: impl Fn(&Values, usize, usize, &mut Vec<T::Native>) -> bool,
+    extend: impl Fn(Cell<'_>, usize, usize, &mut Vec<T::Native>) -> bool,
 ) -> ArrayRef {
     let mut values: Vec<T::Native> = Vec::with_capacity(rows.len() * width);
     let mut valid = Vec::with_capacity(rows.len());
     let mut finder = Finder::new(key);
     for row in rows {
-        let ok = finder.find(row).is_some_and(|f| {
-            let (s, e) = range(row, f, width);
-            f.values
-                .as_ref()
-                .is_some_and(|v| extend(v, s, e, &mut values))
+        let ok = finder.find(row).is_some_and(|c| {
+            let (s, e) = range(row, c.column, width);
+            extend(c, s, e, &mut values)
         });
         if !ok {
             values.extend(std::iter::repeat_n(T::Native::default(), width));
@@ -271,7 +254,7 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
     let width = rows
         .iter()
         .find_map(|r| find(r, key))
-        .and_then(per_row)
+        .and_then(Column::width)
         .unwrap_or(1);
     let array: ArrayRef = match key.datatype {
         DataType::Bool => {
@@ -279,10 +262,9 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
             let mut valid = Vec::with_capacity(rows.len());
             let mut finder = Finder::new(key);
             for row in rows {
-                let ok = finder.find(row).is_some_and(|f| {
-                    let (s, e) = range(row, f, width);
-                    f.values
-                        .as_ref()
+                let ok = finder.find(row).is_some_and(|c| {
+                    let (s, e) = range(row, c.column, width);
+                    c.values()
                         .is_some_and(|v| extend_slice(&v.bool_values, s, e, &mut values, |x| x))
                 });
                 if !ok {
@@ -298,50 +280,60 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
                 valid,
             )
         }
-        DataType::Int8 => primitive::<Int8Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.int32_values, s, e, o, |x| x as i8)
+        DataType::Int8 => primitive::<Int8Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.int32_values, s, e, o, |x| x as i8))
         }),
-        DataType::Int16 => primitive::<Int16Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.int32_values, s, e, o, |x| x as i16)
+        DataType::Int16 => primitive::<Int16Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.int32_values, s, e, o, |x| x as i16))
         }),
-        DataType::Int32 => primitive::<Int32Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.int32_values, s, e, o, |x| x)
+        DataType::Int32 => primitive::<Int32Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.int32_values, s, e, o, |x| x))
         }),
-        DataType::Int64 => primitive::<Int64Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.int64_values, s, e, o, |x| x)
+        DataType::Int64 => primitive::<Int64Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.int64_values, s, e, o, |x| x))
         }),
-        DataType::Uint8 => primitive::<UInt8Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.uint32_values, s, e, o, |x| x as u8)
+        DataType::Uint8 => primitive::<UInt8Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.uint32_values, s, e, o, |x| x as u8))
         }),
-        DataType::Uint16 => primitive::<UInt16Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.uint32_values, s, e, o, |x| x as u16)
+        DataType::Uint16 => primitive::<UInt16Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.uint32_values, s, e, o, |x| x as u16))
         }),
-        DataType::Uint32 => primitive::<UInt32Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.uint32_values, s, e, o, |x| x)
+        DataType::Uint32 => primitive::<UInt32Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.uint32_values, s, e, o, |x| x))
         }),
-        DataType::Uint64 => primitive::<UInt64Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.uint64_values, s, e, o, |x| x)
+        DataType::Uint64 => primitive::<UInt64Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.uint64_values, s, e, o, |x| x))
         }),
-        DataType::Fp16 => primitive::<Float32Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.half_bits, s, e, o, |x| f16_to_f32(x as u16))
+        DataType::Fp16 => primitive::<Float32Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.half_bits, s, e, o, |x| f16_to_f32(x as u16)))
         }),
-        DataType::Bf16 => primitive::<Float32Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.half_bits, s, e, o, |x| bf16_to_f32(x as u16))
+        DataType::Bf16 => primitive::<Float32Type>(rows, key, width, |c, s, e, o| {
+            c.values()
+                .is_some_and(|v| extend_slice(&v.half_bits, s, e, o, |x| bf16_to_f32(x as u16)))
         }),
-        DataType::Fp32 => primitive::<Float32Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.fp32_values, s, e, o, |x| x)
-        }),
-        DataType::Fp64 => primitive::<Float64Type>(rows, key, width, |v, s, e, o| {
-            extend_slice(&v.fp64_values, s, e, o, |x| x)
-        }),
+        DataType::Fp32 => {
+            primitive::<Float32Type>(rows, key, width, |c, s, e, o| c.log.fp32(c.index, s, e, o))
+        }
+        DataType::Fp64 => {
+            primitive::<Float64Type>(rows, key, width, |c, s, e, o| c.log.fp64(c.index, s, e, o))
+        }
         DataType::Bytes => {
             let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(rows.len() * width);
             let mut valid = Vec::with_capacity(rows.len());
             let mut finder = Finder::new(key);
             for row in rows {
-                let cell = finder.find(row).and_then(|f| {
-                    let (s, e) = range(row, f, width);
-                    f.values.as_ref()?.bytes_values.get(s..e)
+                let cell = finder.find(row).and_then(|c| {
+                    let (s, e) = range(row, c.column, width);
+                    c.values()?.bytes_values.get(s..e)
                 });
                 match cell {
                     Some(cell) => values.extend(cell.iter().map(|b| Some(b.as_ref()))),
@@ -463,34 +455,19 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
     let mut seen: HashMap<ColumnKey, ()> = HashMap::new();
     // Many rows share a log, and a model's logs list the same columns: only a log whose columns
     // differ from the last one looked at can add a key.
-    let mut last: Option<&Arc<FeatureLog>> = None;
-    let same_columns = |a: &[Feature], b: &[Feature]| {
-        a.len() == b.len()
-            && a.iter().zip(b).all(|(x, y)| {
-                x.name == y.name && x.datatype == y.datatype && x.row_shape == y.row_shape
-            })
-    };
+    let mut last: Option<&Arc<Layout>> = None;
     for r in rows {
-        if last.is_some_and(|l| {
-            Arc::ptr_eq(l, &r.features)
-                || (same_columns(&l.features, &r.features.features)
-                    && same_columns(&l.outputs, &r.features.outputs))
-        }) {
+        let layout = r.features.layout();
+        if last.is_some_and(|l| Arc::ptr_eq(l, layout) || l.columns() == layout.columns()) {
             continue;
         }
-        last = Some(&r.features);
-        let all = r
-            .features
-            .features
-            .iter()
-            .map(|f| (Source::Feature, f))
-            .chain(r.features.outputs.iter().map(|f| (Source::Output, f)));
-        for (source, f) in all {
+        last = Some(layout);
+        for c in layout.columns() {
             let key = ColumnKey {
-                source,
-                name: f.name.clone(),
-                datatype: DataType::try_from(f.datatype).unwrap_or(DataType::Unspecified),
-                row_shape: f.row_shape.clone(),
+                source: c.side,
+                name: c.name.clone(),
+                datatype: c.data_type(),
+                row_shape: c.row_shape.clone(),
             };
             if seen.insert(key.clone(), ()).is_none() {
                 keys.push(key);
@@ -500,8 +477,8 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
     let mut taken: HashMap<String, ()> = fields.iter().map(|f| (f.name().clone(), ())).collect();
     for key in &keys {
         let base = match key.source {
-            Source::Feature => key.name.clone(),
-            Source::Output => format!("output_{}", key.name),
+            Side::Feature => key.name.clone(),
+            Side::Output => format!("output_{}", key.name),
         };
         let name = if taken.contains_key(&base) {
             let width: i64 = key.row_shape.iter().product();
@@ -543,6 +520,13 @@ pub fn hour_partition(time_us: i64) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use featurelog_schemas::featurelog::v1::{Feature, FeatureLog};
+    use prost::Message;
+
+    /// A log as the joiner reads it from Kafka: packed float values left in the bytes.
+    fn served(log: FeatureLog) -> ServedLog {
+        ServedLog::decode(log.encode_to_vec(), &mut crate::log::Layouts::default()).unwrap()
+    }
     use crate::state::Labels;
     use arrow_array::cast::AsArray;
 
@@ -632,7 +616,7 @@ mod tests {
     }
 
     fn rows() -> Vec<Row> {
-        let features = Arc::new(log());
+        let features = Arc::new(served(log()));
         vec![
             Row {
                 request_id: "r1".into(),
@@ -658,7 +642,7 @@ mod tests {
 
     #[test]
     fn every_column_gets_its_real_type_and_the_rows_values() {
-        assert_eq!(validate(&log()), Ok(()));
+        assert_eq!(validate(&served(log())), Ok(()));
         let batch = to_record_batch(&rows()).unwrap();
         let schema = batch.schema();
         let ty = |n: &str| schema.field_with_name(n).unwrap().data_type().clone();
@@ -716,7 +700,7 @@ mod tests {
         rows.push(Row {
             request_id: "r2".into(),
             item_id: "a".into(),
-            features: Arc::new(other),
+            features: Arc::new(served(other)),
             row: 0,
             impression_time_us: Some(1),
             labels: Labels::default(),
@@ -735,10 +719,30 @@ mod tests {
             fp32_values: vec![1.0],
             ..Default::default()
         });
-        assert_eq!(validate(&bad).unwrap_err().column, "price");
+        assert_eq!(validate(&served(bad.clone())).unwrap_err().column, "price");
         let mut bad = log();
         bad.candidate_ids.pop();
-        assert_eq!(validate(&bad).unwrap_err().column, "candidate_ids");
+        assert_eq!(
+            validate(&served(bad.clone())).unwrap_err().column,
+            "candidate_ids"
+        );
+    }
+
+    #[test]
+    fn rows_whose_logs_have_equal_but_unshared_layouts_give_the_same_batch() {
+        // `ServedLog::from` gives each log a layout of its own: the columns are then matched
+        // by comparing them, not by the shared pointer.
+        let decoded: Vec<Row> = rows()
+            .into_iter()
+            .map(|mut r| {
+                r.features = Arc::new(ServedLog::from(log()));
+                r
+            })
+            .collect();
+        assert_eq!(
+            to_record_batch(&decoded).unwrap(),
+            to_record_batch(&rows()).unwrap()
+        );
     }
 
     #[test]

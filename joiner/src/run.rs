@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use featurelog_kafka::KafkaConfig;
-use featurelog_schemas::featurelog::v1::{EventType, FeatureLog, Impression};
+use featurelog_schemas::featurelog::v1::{EventType, Impression};
 use prost::Message as _;
 use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaError as RdKafkaError;
@@ -831,7 +831,7 @@ async fn join(
                 let payload = message.payload().unwrap_or_default();
                 let rows = if input == 0 {
                     task.last_features = std::time::Instant::now();
-                    match FeatureLog::decode(payload).map_err(|e| e.to_string()).and_then(|log| {
+                    match crate::log::ServedLog::decode(payload.to_vec(), task.state.layouts()).map_err(|e| e.to_string()).and_then(|log| {
                         crate::rows::validate(&log).map_err(|e| e.to_string()).map(|()| log)
                     }) {
                         Ok(log) => task.state.add_features(log),

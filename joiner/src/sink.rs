@@ -949,7 +949,7 @@ mod tests {
     use std::sync::Arc;
 
     fn rows(hour_offset: i64) -> Vec<Row> {
-        let log = Arc::new(FeatureLog {
+        let log = Arc::new(crate::log::ServedLog::from(FeatureLog {
             request_id: "r1".into(),
             model_name: "m".into(),
             served_at: Some(prost_types::Timestamp {
@@ -969,11 +969,11 @@ mod tests {
                 per_request: false,
             }],
             ..Default::default()
-        });
+        }));
         (0..2)
             .map(|i| Row {
                 request_id: "r1".into(),
-                item_id: log.candidate_ids[i].clone(),
+                item_id: log.candidate_id(i).unwrap_or_default().to_owned(),
                 features: log.clone(),
                 row: i,
                 impression_time_us: Some((hour_offset + i as i64) * 3_600_000_000),
