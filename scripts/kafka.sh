@@ -12,6 +12,11 @@
 #   KAFKA_HEAP_OPTS         JVM heap flags (default -Xms256m -Xmx768m)
 #   FEATURELOG_KAFKA_KEEP_DATA=1  start on the data of the previous run instead of fresh
 #                           storage (tests use it to restart a broker in the middle of traffic)
+#   FEATURELOG_KAFKA_SASL_SSL_PORT  also open a SASL_SSL listener on 127.0.0.1 at this port:
+#                           TLS with a self-signed certificate for 127.0.0.1 and localhost (its
+#                           PEM in <run dir>/secure/ca.pem) and SCRAM-SHA-512 for the user
+#                           `featurelog`, password `featurelog-secret`, as a managed cluster
+#                           (Amazon MSK, Confluent) asks clients to connect
 # Exit codes: 0 done, 1 failed (the broker log's tail is printed), 2 bad usage.
 set -euo pipefail
 
@@ -57,17 +62,46 @@ java_ok() {
   fi
 }
 
+secure_port=${FEATURELOG_KAFKA_SASL_SSL_PORT:-}
+secure="$run/secure"
+scram_user=featurelog
+scram_password=featurelog-secret
+
+# A self-signed certificate for 127.0.0.1 and localhost in a PKCS12 keystore, and its PEM for
+# clients (librdkafka's ssl.ca.location). Made once per run directory.
+make_keystore() {
+  if [[ -f $secure/broker.p12 && -f $secure/ca.pem ]]; then return; fi
+  command -v keytool >/dev/null || { say "keytool (from the JDK) is needed for the SASL_SSL listener"; exit 1; }
+  rm -rf "$secure"
+  mkdir -p "$secure"
+  keytool -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 3650 \
+    -dname "CN=localhost" -ext "SAN=ip:127.0.0.1,dns:localhost" \
+    -keystore "$secure/broker.p12" -storetype PKCS12 -storepass featurelog -keypass featurelog \
+    >>"$log" 2>&1 || { say "keytool could not make the broker's certificate:"; tail -n 20 "$log" >&2; exit 1; }
+  keytool -exportcert -alias broker -rfc -keystore "$secure/broker.p12" -storetype PKCS12 \
+    -storepass featurelog -file "$secure/ca.pem" >>"$log" 2>&1 || {
+    say "keytool could not export the certificate:"; tail -n 20 "$log" >&2; exit 1; }
+}
+
 write_config() {
   mkdir -p "$run"
+  local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port"
+  local advertised="PLAINTEXT://127.0.0.1:$port"
+  local map="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if [[ -n $secure_port ]]; then
+    listeners+=",SASL_SSL://127.0.0.1:$secure_port"
+    advertised+=",SASL_SSL://127.0.0.1:$secure_port"
+    map+=",SASL_SSL:SASL_SSL"
+  fi
   cat >"$run/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$map
 log.dirs=$run/data
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -78,6 +112,17 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 PROPS
+  if [[ -n $secure_port ]]; then
+    make_keystore
+    cat >>"$run/server.properties" <<PROPS
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+listener.name.sasl_ssl.ssl.keystore.location=$secure/broker.p12
+listener.name.sasl_ssl.ssl.keystore.password=featurelog
+listener.name.sasl_ssl.ssl.key.password=featurelog
+PROPS
+  fi
   cat >"$run/log4j2.properties" <<'PROPS'
 rootLogger.level = INFO
 rootLogger.appenderRef.stdout.ref = STDOUT
@@ -101,6 +146,10 @@ start() {
     say "port $port or $controller_port is taken by another process; set FEATURELOG_KAFKA_PORT"
     exit 1
   fi
+  if [[ -n $secure_port ]] && port_open "$secure_port"; then
+    say "port $secure_port (FEATURELOG_KAFKA_SASL_SSL_PORT) is taken by another process"
+    exit 1
+  fi
   java_ok || exit 1
   fetch
   write_config
@@ -113,7 +162,12 @@ start() {
     # Fresh storage each start: tests must not depend on what an earlier run left behind.
     rm -rf "$run/data"
     cluster_id=$("${jvm[@]}" kafka.tools.StorageTool random-uuid 2>>"$log" | tail -n 1)
-    "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" >>"$log" 2>&1 || {
+    local scram=()
+    if [[ -n $secure_port ]]; then
+      # SCRAM credentials live in the cluster metadata: KRaft takes them at format time.
+      scram=(--add-scram "SCRAM-SHA-512=[name=$scram_user,password=$scram_password]")
+    fi
+    "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" "${scram[@]}" >>"$log" 2>&1 || {
       say "formatting the storage failed:"; tail -n 30 "$log" >&2; exit 1; }
   fi
   say "starting Kafka $version on 127.0.0.1:$port (log: $log)"
@@ -132,6 +186,9 @@ start() {
     sleep 0.5
   done
   say "ready: FEATURELOG_KAFKA=127.0.0.1:$port"
+  if [[ -n $secure_port ]]; then
+    say "SASL_SSL on 127.0.0.1:$secure_port: SCRAM-SHA-512 user $scram_user, CA $secure/ca.pem"
+  fi
 }
 
 case "${1:-}" in

@@ -2,7 +2,8 @@
 //! app's own client (JSON, keyed and partitioned its own way), `featurelog join` processes, and
 //! the Parquet dataset read back. Also: SIGKILL and restart, and two processes in one group,
 //! each compared with an uninterrupted single process. The same on S3-compatible storage
-//! (`FEATURELOG_S3`, `scripts/s3.sh`): rows exactly once, read back by pyarrow's S3 client.
+//! (`FEATURELOG_S3`, `scripts/s3.sh`): rows exactly once, read back by pyarrow's S3 client. And
+//! the whole path over a SASL_SSL listener (TLS + SCRAM), as managed clusters require.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::BTreeMap;
@@ -13,8 +14,9 @@ use std::time::Duration;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float32Type;
 use featurelog_kafka::KafkaConfig;
+use featurelog_testkit::broker::DedicatedBroker;
 use featurelog_testkit::serving::{
-    client, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
+    client, kafka_toml, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
 };
 use featurelog_testkit::{TestKafka, TestS3, kafka, s3};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -76,12 +78,12 @@ fn joiner_config(
     std::fs::write(
         &path,
         format!(
-            "group = \"{group}\"\ninstance = \"{name}\"\n[kafka]\nbootstrap-servers = \"{}\"\n\
+            "group = \"{group}\"\ninstance = \"{name}\"\n{}\
              [input]\nfeatures-topic = \"{features}\"\nevents-topic = \"{events}\"\nevents-format = \"json\"\n\
              dead-letter-topic = \"{dead_letter}\"\n[join]\nfeatures-wait = \"1h\"\nimpressions-wait = \"1h\"\n\
              idle-timeout = \"1h\"\n\
              [output]\npath = \"{}\"\nflush-interval = \"300ms\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
-            kafka.bootstrap_servers,
+            kafka_toml(kafka),
             output.display()
         ),
     )
@@ -635,4 +637,58 @@ async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
         "killed and restarted on S3",
     );
     drop(joiner);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_and_scram_the_sidecar_and_joiner_write_exactly_the_expected_rows() {
+    let Some(_shared) =
+        kafka("over_tls_and_scram_the_sidecar_and_joiner_write_exactly_the_expected_rows")
+    else {
+        return;
+    };
+    // A broker of its own: the shared one has no SASL_SSL listener.
+    let broker = DedicatedBroker::start_secure();
+    let secure = broker.secure.clone().unwrap();
+
+    // A wrong password is refused, with an error that says so, not a silent hang.
+    let mut wrong = secure.clone();
+    wrong
+        .properties
+        .insert("sasl.password".into(), "not-the-password".into());
+    let err = featurelog_kafka::admin::ensure_topic(
+        &wrong,
+        "never-created",
+        1,
+        1,
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.to_lowercase().contains("auth"), "{err}");
+
+    // Topic admin, the sidecar's producer, the app's producer, and every client of the joiner
+    // (consumers, the transactional router, the dead-letter producer) over TLS and SCRAM only.
+    let s = setup(TestKafka { config: secure }, 4, 1).await;
+    let out = s.dir.path().join("dataset");
+    let group = s.kafka.unique_group("joiner-secure");
+    let config = joiner_config(
+        s.dir.path(),
+        "secure",
+        &s.kafka.config,
+        &group,
+        &s.features,
+        &s.events,
+        &s.dead_letter,
+        &out,
+    );
+    let joiner = Joiner::start(&config);
+    let d = wait_for_rows(&out, s.expected.len(), "over SASL_SSL").await;
+    check_exact(&d, &s.expected, "over SASL_SSL");
+    assert!(joiner.terminate().success());
+    let dead = s
+        .kafka
+        .read(&s.dead_letter, 1, Duration::from_secs(30))
+        .await;
+    assert_eq!(dead[0].payload, b"{not json");
 }

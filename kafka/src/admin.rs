@@ -1,24 +1,56 @@
 //! Creating topics and waiting until every partition has a leader, so that a caller can produce
 //! right away without racing the broker's metadata propagation.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::{KafkaConfig, KafkaError};
 
-/// A plain client of any kind for metadata and admin calls.
-fn client<T: rdkafka::config::FromClientConfig>(kafka: &KafkaConfig) -> Result<T, KafkaError> {
-    kafka
+/// Keeps the last error librdkafka reported for the client as a whole. A failed TLS handshake
+/// or a refused SASL login never fails a request by itself: requests only time out. This is
+/// what tells the operator why.
+#[derive(Clone, Default)]
+struct LastError(Arc<Mutex<Option<String>>>);
+
+impl LastError {
+    /// `fallback` (what the request said), with the client's own last error if it had one.
+    fn explain(&self, fallback: String) -> String {
+        match self.0.lock().ok().and_then(|e| e.clone()) {
+            Some(client) => format!("{fallback}; the client's last error: {client}"),
+            None => fallback,
+        }
+    }
+}
+
+impl ClientContext for LastError {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "Kafka client error");
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(reason.to_owned());
+        }
+    }
+}
+
+impl ConsumerContext for LastError {}
+
+/// A client for metadata and admin calls, and where its client-level errors go.
+fn client<T: rdkafka::config::FromClientConfigAndContext<LastError>>(
+    kafka: &KafkaConfig,
+) -> Result<(T, LastError), KafkaError> {
+    let last = LastError::default();
+    let client = kafka
         .client_config(&[])
-        .create()
+        .create_with_context(last.clone())
         .map_err(|source| KafkaError::Client {
             bootstrap: kafka.bootstrap_servers.clone(),
             source,
-        })
+        })?;
+    Ok((client, last))
 }
 
 /// Creates `topic` with `partitions` partitions (replication factor `replication`) unless it
@@ -30,7 +62,7 @@ pub async fn ensure_topic(
     replication: i32,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> = client(kafka)?;
+    let (admin, last): (AdminClient<LastError>, _) = client(kafka)?;
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let options = AdminOptions::new().operation_timeout(Some(timeout));
     let created = admin.create_topics([&new_topic], &options).await;
@@ -50,15 +82,45 @@ pub async fn ensure_topic(
             }
         }
         Err(err) => {
+            let fallback = last.explain(err.to_string());
             return Err(KafkaError::TopicNotReady {
                 topic: topic.to_owned(),
                 bootstrap: kafka.bootstrap_servers.clone(),
                 waited: timeout,
-                last_error: err.to_string(),
+                last_error: diagnose(kafka, fallback).await,
             });
         }
     }
     wait_for_leaders(kafka, topic, partitions, timeout).await
+}
+
+/// Why a client cannot use the cluster: a metadata request from a fresh consumer whose events
+/// are served (the admin client's are not), so that a handshake or login failure is seen.
+async fn diagnose(kafka: &KafkaConfig, fallback: String) -> String {
+    let Ok((consumer, last)) = client::<BaseConsumer<LastError>>(kafka) else {
+        return fallback;
+    };
+    let probe = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if consumer
+                .fetch_metadata(None, Duration::from_secs(1))
+                .is_ok()
+            {
+                return None;
+            }
+            let _ = consumer.poll(Duration::from_millis(100));
+            if let Ok(Some(error)) = last.0.lock().map(|e| e.clone()) {
+                return Some(error);
+            }
+        }
+        None
+    })
+    .await;
+    match probe {
+        Ok(Some(error)) => format!("{fallback}; the client's last error: {error}"),
+        _ => fallback,
+    }
 }
 
 /// Waits until the broker reports `partitions` partitions of `topic`, each with a leader.
@@ -68,7 +130,7 @@ pub async fn wait_for_leaders(
     partitions: i32,
     timeout: Duration,
 ) -> Result<(), KafkaError> {
-    let consumer: BaseConsumer = client(kafka)?;
+    let (consumer, last): (BaseConsumer<LastError>, _) = client(kafka)?;
     let topic_name = topic.to_owned();
     let started = Instant::now();
     // Metadata calls block; keep them off the async worker threads.
@@ -90,7 +152,8 @@ pub async fn wait_for_leaders(
                 }
                 Err(err) => last_error = err.to_string(),
             }
-            std::thread::sleep(Duration::from_millis(100));
+            // Serves the client's events, so that a TLS or SASL failure reaches `last`.
+            let _ = consumer.poll(Duration::from_millis(100));
         }
         Err(last_error)
     })
@@ -99,7 +162,7 @@ pub async fn wait_for_leaders(
         topic: topic.to_owned(),
         bootstrap: kafka.bootstrap_servers.clone(),
         waited: timeout,
-        last_error,
+        last_error: last.explain(last_error),
     })
 }
 
@@ -109,17 +172,22 @@ pub async fn partition_count(
     topic: &str,
     timeout: Duration,
 ) -> Result<Option<i32>, KafkaError> {
-    let consumer: BaseConsumer = client(kafka)?;
+    let (consumer, last): (BaseConsumer<LastError>, _) = client(kafka)?;
     let name = topic.to_owned();
-    let metadata =
-        tokio::task::spawn_blocking(move || consumer.fetch_metadata(Some(&name), timeout))
-            .await?
-            .map_err(|e| KafkaError::TopicNotReady {
+    let fetched =
+        tokio::task::spawn_blocking(move || consumer.fetch_metadata(Some(&name), timeout)).await?;
+    let metadata = match fetched {
+        Ok(metadata) => metadata,
+        Err(e) => {
+            let fallback = last.explain(e.to_string());
+            return Err(KafkaError::TopicNotReady {
                 topic: topic.to_owned(),
                 bootstrap: kafka.bootstrap_servers.clone(),
                 waited: timeout,
-                last_error: e.to_string(),
-            })?;
+                last_error: diagnose(kafka, fallback).await,
+            });
+        }
+    };
     Ok(metadata
         .topics()
         .iter()

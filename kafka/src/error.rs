@@ -26,7 +26,7 @@ pub enum KafkaError {
     },
     /// A topic did not become usable (leaders for every partition) in time.
     #[error(
-        "topic {topic:?} on {bootstrap} was not ready after {waited:?}: is the broker up and reachable? ({last_error})"
+        "topic {topic:?} on {bootstrap} was not ready after {waited:?}: is the broker up and reachable, and do the security settings (`kafka.properties`) match its listener? ({last_error})"
     )]
     TopicNotReady {
         /// The topic.

@@ -1,6 +1,6 @@
 //! A Kafka broker of a test's own, for tests that stop and restart the broker in the middle of
-//! traffic (which they must not do to the broker that every other test shares). It runs the same
-//! `scripts/kafka.sh` on a free port pair.
+//! traffic (which they must not do to the broker that every other test shares), or that need a
+//! SASL_SSL listener. It runs the same `scripts/kafka.sh` on free ports.
 #![allow(clippy::panic, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -12,8 +12,12 @@ use featurelog_kafka::KafkaConfig;
 #[derive(Debug)]
 pub struct DedicatedBroker {
     port: u16,
-    /// How to reach it.
+    secure_port: Option<u16>,
+    /// How to reach it (plaintext).
     pub config: KafkaConfig,
+    /// How to reach its SASL_SSL listener, if it has one: TLS checked against the broker's
+    /// certificate, SCRAM-SHA-512 with the user scripts/kafka.sh creates.
+    pub secure: Option<KafkaConfig>,
 }
 
 fn script() -> PathBuf {
@@ -38,7 +42,38 @@ impl DedicatedBroker {
         let port = free_port_pair();
         let broker = Self {
             port,
+            secure_port: None,
             config: KafkaConfig::new(format!("127.0.0.1:{port}")),
+            secure: None,
+        };
+        broker.run("start", false);
+        broker
+    }
+
+    /// Starts one on fresh storage with a SASL_SSL listener beside the plaintext one.
+    pub fn start_secure() -> Self {
+        let port = free_port_pair();
+        let secure_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let mut secure = KafkaConfig::new(format!("127.0.0.1:{secure_port}"));
+        let ca = run_dir(port).join("secure/ca.pem");
+        for (key, value) in [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanisms", "SCRAM-SHA-512"),
+            ("sasl.username", "featurelog"),
+            ("sasl.password", "featurelog-secret"),
+            ("ssl.ca.location", ca.to_str().expect("utf-8 path")),
+        ] {
+            secure.properties.insert(key.into(), value.into());
+        }
+        let broker = Self {
+            port,
+            secure_port: Some(secure_port),
+            config: KafkaConfig::new(format!("127.0.0.1:{port}")),
+            secure: Some(secure),
         };
         broker.run("start", false);
         broker
@@ -52,6 +87,10 @@ impl DedicatedBroker {
             .env(
                 "FEATURELOG_KAFKA_KEEP_DATA",
                 if keep_data { "1" } else { "0" },
+            )
+            .env(
+                "FEATURELOG_KAFKA_SASL_SSL_PORT",
+                self.secure_port.map(|p| p.to_string()).unwrap_or_default(),
             )
             .env("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m")
             .status()
@@ -82,9 +121,14 @@ impl Drop for DedicatedBroker {
             .env("FEATURELOG_KAFKA_PORT", self.port.to_string())
             .status();
         // Its data and log go with it; the jar cache stays for the next test.
-        let cache = std::env::var_os("FEATURELOG_KAFKA_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/kafka"));
-        let _ = std::fs::remove_dir_all(cache.join(format!("run-{}", self.port)));
+        let _ = std::fs::remove_dir_all(run_dir(self.port));
     }
+}
+
+/// Where scripts/kafka.sh keeps the data, log and certificate of the broker on `port`.
+fn run_dir(port: u16) -> PathBuf {
+    let cache = std::env::var_os("FEATURELOG_KAFKA_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/kafka"));
+    cache.join(format!("run-{port}"))
 }

@@ -78,13 +78,26 @@ pub fn sidecar_config(
         path.display()
     );
     if let Some(k) = kafka {
-        text.push_str(&format!(
-            "[kafka]\nbootstrap-servers = \"{}\"\n",
-            k.bootstrap_servers
-        ));
+        text.push_str(&kafka_toml(k));
     }
     SidecarConfig::from_toml_with_env(&dir.join("sidecar.toml"), &text, Vec::new())
         .expect("test sidecar config")
+}
+
+/// The `[kafka]` section of a featurelog config for `kafka`: bootstrap servers and raw
+/// librdkafka properties (security settings, for a SASL_SSL listener).
+pub fn kafka_toml(kafka: &KafkaConfig) -> String {
+    let mut text = format!(
+        "[kafka]\nbootstrap-servers = \"{}\"\n",
+        kafka.bootstrap_servers
+    );
+    if !kafka.properties.is_empty() {
+        text.push_str("[kafka.properties]\n");
+        for (key, value) in &kafka.properties {
+            text.push_str(&format!("{key:?} = {value:?}\n"));
+        }
+    }
+    text
 }
 
 /// Starts a sidecar with `config`.
