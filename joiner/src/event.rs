@@ -119,6 +119,11 @@ fn default_event_type() -> String {
 /// Decodes a protobuf `featurelog.v1.Impression`.
 pub fn from_protobuf(payload: &[u8]) -> Result<Event, EventError> {
     let m = Impression::decode(payload).map_err(|e| EventError::Protobuf(e.to_string()))?;
+    from_impression(m)
+}
+
+/// Checks a decoded Impression and turns it into an event.
+pub fn from_impression(m: Impression) -> Result<Event, EventError> {
     let missing = |field: &str| EventError::Field {
         field: field.into(),
         problem: "missing or empty".into(),

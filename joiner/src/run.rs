@@ -251,6 +251,103 @@ struct RouterProgress {
 
 const PROGRESS_HEADER: &str = "featurelog-progress";
 
+/// Routed events in one repartition record: the router packs the events of one transaction
+/// that go to the same partition together, because librdkafka's work per message (on the
+/// router's produce and on the join task's consume) cost more than the join itself did for an
+/// event. A record without a key and with the `featurelog-events` header; its events are in the
+/// order they were routed.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RoutedEvents {
+    #[prost(message, repeated, tag = "1")]
+    events: Vec<Impression>,
+}
+
+const EVENTS_HEADER: &str = "featurelog-events";
+
+/// A batch is sent when it holds this many events or bytes (well under the topic's default
+/// 1 MB message limit), and in any case before a transaction commits.
+const BATCH_EVENTS: usize = 1000;
+const BATCH_BYTES: usize = 256 * 1024;
+
+/// Kafka's murmur2 partitioner (the Java client's default for keyed records, and librdkafka's
+/// `murmur2_random` for non-empty keys): the partition of the feature logs of a request id.
+/// The router must compute it itself to put the events of several requests in one record.
+pub fn murmur2_partition(key: &[u8], partitions: i32) -> i32 {
+    const M: u32 = 0x5bd1_e995;
+    let mut h: u32 = 0x9747_b28c ^ key.len() as u32;
+    let mut chunks = key.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        for (i, b) in rest.iter().enumerate().rev() {
+            h ^= u32::from(*b) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    ((h & 0x7fff_ffff) % partitions.max(1) as u32) as i32
+}
+
+/// The events routed to each partition in the open transaction and not yet sent.
+#[derive(Default)]
+struct Batches {
+    open: HashMap<i32, (Vec<u8>, usize)>,
+}
+
+impl Batches {
+    /// Adds an event for `partition`; sends the batch when it is full.
+    fn add(
+        &mut self,
+        producer: &BaseProducer,
+        topic: &str,
+        partition: i32,
+        event: &Impression,
+    ) -> Result<(), JoinError> {
+        let (buf, n) = self.open.entry(partition).or_default();
+        // A repeated message field is its elements, each tagged and length-delimited.
+        prost::encoding::message::encode(1, event, buf);
+        *n += 1;
+        if *n >= BATCH_EVENTS || buf.len() >= BATCH_BYTES {
+            let (buf, _) = self.open.remove(&partition).unwrap_or_default();
+            send_batch(producer, topic, partition, &buf)?;
+        }
+        Ok(())
+    }
+
+    /// Sends every open batch.
+    fn flush(&mut self, producer: &BaseProducer, topic: &str) -> Result<(), JoinError> {
+        for (partition, (buf, _)) in self.open.drain() {
+            send_batch(producer, topic, partition, &buf)?;
+        }
+        Ok(())
+    }
+}
+
+fn send_batch(
+    producer: &BaseProducer,
+    topic: &str,
+    partition: i32,
+    buf: &[u8],
+) -> Result<(), JoinError> {
+    let record = BaseRecord::<str, [u8]>::to(topic)
+        .partition(partition)
+        .payload(buf)
+        .headers(OwnedHeaders::new().insert(Header {
+            key: EVENTS_HEADER,
+            value: Some("1"),
+        }));
+    send_waiting(producer, record, "routing events")
+}
+
 /// The router's view of one assigned events partition.
 struct Source {
     /// The newest event time routed from it (`i64::MIN`: none yet).
@@ -427,14 +524,18 @@ async fn router(
     let mut next: HashMap<(String, i32), i64> = HashMap::new();
     let mut sources: HashMap<i32, Source> = HashMap::new();
     let mut reported: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut batches = Batches::default();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => {
+                batches.flush(&producer, &repartition)?;
                 commit_router(&producer, &consumer, &mut next)?;
                 return Ok(());
             }
             _ = tick.tick() => {
+                // The events first: a progress record vouches for every event routed before it.
+                batches.flush(&producer, &repartition)?;
                 let progress = router_progress(&consumer, &config.input.events_topic, &mut sources, config.join.idle_timeout);
                 let report = !progress.is_empty() && progress != reported;
                 if report {
@@ -472,11 +573,8 @@ async fn router(
                 match decoded {
                     Ok(e) => {
                         source.routed_us = source.routed_us.max(e.time_us);
-                        let bytes = to_impression(&e).encode_to_vec();
-                        let record = BaseRecord::<str, [u8]>::to(&repartition)
-                            .key(e.request_id.as_str())
-                            .payload(&bytes);
-                        send_waiting(&producer, record, "routing an event")?;
+                        let partition = murmur2_partition(e.request_id.as_bytes(), partitions);
+                        batches.add(&producer, &repartition, partition, &to_impression(&e))?;
                         metrics.events_routed.inc();
                     }
                     Err(err) => dead_letter(&producer, &config.input.dead_letter_topic, &message, err.reason(), &metrics),
@@ -841,7 +939,25 @@ async fn join(
                             task.state.advance()
                         }
                     }
-                } else if message.key().is_none() && is_progress(&message) {
+                } else if message.key().is_none() && has_header(&message, EVENTS_HEADER) {
+                    match RoutedEvents::decode(payload) {
+                        Ok(batch) => {
+                            let mut rows = Vec::new();
+                            for e in batch.events {
+                                match event::from_impression(e) {
+                                    Ok(e) => rows.extend(task.state.add_event(e)),
+                                    // The router sends only events it decoded and checked.
+                                    Err(err) => tracing::warn!(%err, "a routed event is invalid"),
+                                }
+                            }
+                            rows
+                        }
+                        Err(_) => {
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_routed_events", &metrics);
+                            task.state.advance()
+                        }
+                    }
+                } else if message.key().is_none() && has_header(&message, PROGRESS_HEADER) {
                     match RouterProgress::decode(payload) {
                         Ok(progress) => {
                             let mut rows = Vec::new();
@@ -870,11 +986,11 @@ async fn join(
     }
 }
 
-fn is_progress(message: &rdkafka::message::BorrowedMessage<'_>) -> bool {
+fn has_header(message: &rdkafka::message::BorrowedMessage<'_>, key: &str) -> bool {
     use rdkafka::message::Headers;
     message
         .headers()
-        .is_some_and(|h| h.iter().any(|h| h.key == PROGRESS_HEADER))
+        .is_some_and(|h| h.iter().any(|h| h.key == key))
 }
 
 /// Kafka's committed offsets are for lag monitoring only; the checkpoints are the truth. They
@@ -900,5 +1016,60 @@ fn commit_monitoring(
         if let Err(err) = consumer.commit(&tpl, rdkafka::consumer::CommitMode::Async) {
             tracing::debug!(%err, "monitoring offsets not committed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_router_partitions_as_kafka_s_murmur2_does() {
+        // From org.apache.kafka.common.utils.Utils.murmur2 (kafka-clients 4.1.1), through
+        // toPositive, modulo 4 and 7 partitions.
+        let want = [
+            ("a", 0, 5),
+            ("ab", 2, 0),
+            ("abc", 3, 4),
+            ("abcd", 0, 5),
+            ("req-7", 0, 4),
+            ("21", 0, 3),
+            ("a-little-bit-long-string", 0, 1),
+            ("request-0123456789abcdef", 3, 2),
+        ];
+        for (key, four, seven) in want {
+            assert_eq!(murmur2_partition(key.as_bytes(), 4), four, "{key:?} of 4");
+            assert_eq!(murmur2_partition(key.as_bytes(), 7), seven, "{key:?} of 7");
+        }
+    }
+
+    #[test]
+    fn a_batch_of_routed_events_decodes_to_the_same_events_in_order() {
+        let events: Vec<Event> = (0..3)
+            .map(|i| Event {
+                request_id: format!("r{i}"),
+                item_id: format!("item-{i}"),
+                time_us: 1_764_439_200_000_000 + i,
+                kind: if i == 1 {
+                    EventKind::Click
+                } else {
+                    EventKind::Other(format!("kind {i}"))
+                },
+                labels: [("price".to_string(), 1.5 * i as f64)]
+                    .into_iter()
+                    .collect(),
+            })
+            .collect();
+        let mut buf = Vec::new();
+        for e in &events {
+            prost::encoding::message::encode(1, &to_impression(e), &mut buf);
+        }
+        let batch = RoutedEvents::decode(buf.as_slice()).unwrap();
+        let back: Vec<Event> = batch
+            .events
+            .into_iter()
+            .map(|m| event::from_impression(m).unwrap())
+            .collect();
+        assert_eq!(back, events);
     }
 }
