@@ -754,6 +754,96 @@ mod tests {
         assert!(Arc::ptr_eq(a.layout(), d.layout()));
     }
 
+    /// Candidate ids, and per column its metadata, float bits and INT64 values.
+    type Content = (Vec<String>, Vec<(Column, Vec<u32>, Vec<i64>)>);
+
+    /// What a decoded log says, read through the lazy accessors, in prost's terms.
+    fn as_prost(served: &ServedLog) -> Content {
+        let ids = served.candidate_ids().map(str::to_owned).collect();
+        let columns = served
+            .layout()
+            .columns()
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let n = served.values_len(i);
+                let mut bits: Vec<u32> = Vec::new();
+                if c.data_type() == DataType::Fp32 {
+                    let mut out = Vec::new();
+                    served.fp32(i, 0, n, &mut out);
+                    bits.extend(out.iter().map(|x| x.to_bits()));
+                } else if c.data_type() == DataType::Fp64 {
+                    let mut out = Vec::new();
+                    served.fp64(i, 0, n, &mut out);
+                    bits.extend(out.iter().map(|x| x.to_bits() as u32));
+                }
+                let ints = served
+                    .values(i)
+                    .map(|v| v.int64_values.clone())
+                    .unwrap_or_default();
+                (c.clone(), bits, ints)
+            })
+            .collect();
+        (ids, columns)
+    }
+
+    fn expected(log: &FeatureLog) -> Content {
+        let columns = log
+            .features
+            .iter()
+            .map(|f| (Side::Feature, f))
+            .chain(log.outputs.iter().map(|f| (Side::Output, f)))
+            .map(|(side, f)| {
+                let column = Column {
+                    side,
+                    name: f.name.clone(),
+                    datatype: f.datatype,
+                    row_shape: f.row_shape.clone(),
+                    per_request: f.per_request,
+                };
+                let v = f.values.clone().unwrap_or_default();
+                let bits: Vec<u32> = match column.data_type() {
+                    DataType::Fp32 => v.fp32_values.iter().map(|x| x.to_bits()).collect(),
+                    DataType::Fp64 => v.fp64_values.iter().map(|x| x.to_bits() as u32).collect(),
+                    _ => Vec::new(),
+                };
+                (column, bits, v.int64_values)
+            })
+            .collect();
+        (log.candidate_ids.clone(), columns)
+    }
+
+    #[test]
+    fn mutated_records_never_panic_and_read_exactly_as_prost_reads_them() {
+        let good = sample().encode_to_vec();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut both_ok = 0;
+        for _ in 0..5000 {
+            let mut raw = good.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % raw.len() as u64) as usize;
+                raw[at] = next() as u8;
+            }
+            let lazy = decode(raw.clone());
+            let eager = FeatureLog::decode(raw.as_slice());
+            // Refused exactly when prost refuses it: nothing dead-lettered that is valid.
+            assert_eq!(lazy.is_ok(), eager.is_ok(), "{raw:?}: {lazy:?}");
+            let (Ok(lazy), Ok(eager)) = (lazy, eager) else {
+                continue;
+            };
+            // Where both accept a record, they must read the same thing from it.
+            assert_eq!(as_prost(&lazy), expected(&eager), "{raw:?}");
+            both_ok += 1;
+        }
+        assert!(both_ok > 100, "only {both_ok} mutations decoded");
+    }
+
     #[test]
     fn malformed_records_are_errors_not_panics() {
         let good = sample().encode_to_vec();
