@@ -341,8 +341,37 @@ impl JoinState {
             return out;
         }
         if let Some(f) = self.features.get_mut(&request_id) {
-            if f.row_of(&item_id).is_none() {
+            let Some(row) = f.row_of(&item_id) else {
                 self.counts.unknown_item += 1;
+                self.advance_into(&mut out);
+                return out;
+            };
+            // The common case of a join with no label window: the features are here and
+            // nothing of this candidate waits, so the impression is the row. Emitted as the
+            // general path below would, without its pending entry and index.
+            let waits = || {
+                self.pending
+                    .contains_key(&(request_id.clone(), item_id.clone()))
+            };
+            if self.config.label_window_us.is_none() && kind == EventKind::Impression && !waits() {
+                f.impressed.insert(item_id.clone());
+                self.counts.joined += 1;
+                self.emitted
+                    .entry(request_id.clone())
+                    .or_default()
+                    .insert(item_id.clone());
+                out.push(Row {
+                    request_id,
+                    item_id,
+                    features: f.log.clone(),
+                    row,
+                    impression_time_us: Some(time_us),
+                    labels: Labels {
+                        values: labels,
+                        ..Labels::default()
+                    },
+                });
+                self.enforce_bound();
                 self.advance_into(&mut out);
                 return out;
             }
@@ -1339,5 +1368,41 @@ mod tests {
         let rows = s.feed(event("r2", "b", 5, EventKind::Click));
         assert_eq!(rows.len(), 1);
         assert_eq!(s.counts.joined, 1);
+    }
+
+    #[test]
+    fn without_a_label_window_an_impression_after_its_features_is_the_row_at_once() {
+        let mut s = JoinState::new(config(None));
+        s.add_features(log("r1", 0, &["a", "b", "c"]));
+        let bytes = s.bytes();
+        // A click first: it waits, and the impression after it carries it into the row.
+        assert!(s.feed(event("r1", "c", 1, EventKind::Click)).is_empty());
+        let mut impression = event("r1", "a", 2, EventKind::Impression);
+        impression.labels.insert("price".into(), 2.5);
+        let rows = s.feed(impression);
+        assert_eq!(keys(&rows), [("r1".to_string(), "a".to_string())]);
+        assert_eq!(rows[0].row, 0);
+        assert_eq!(rows[0].impression_time_us, Some(2 * MIN));
+        assert_eq!(rows[0].labels.values["price"], 2.5);
+        assert_eq!(rows[0].labels.clicks, 0);
+        let rows = s.feed(event("r1", "c", 3, EventKind::Impression));
+        assert_eq!(
+            (rows[0].row, rows[0].labels.clicks),
+            (2, 1),
+            "the earlier click folds in"
+        );
+        // Once written, the same impression again and a later click are late, not rows.
+        assert!(
+            s.feed(event("r1", "a", 4, EventKind::Impression))
+                .is_empty()
+        );
+        assert!(s.feed(event("r1", "a", 4, EventKind::Click)).is_empty());
+        assert_eq!((s.counts.joined, s.counts.late), (2, 2));
+        assert_eq!(s.bytes(), bytes, "nothing left pending");
+        // What was impressed is not counted as scored-but-not-impressed at expiry.
+        s.features_idle(i64::MAX / 2);
+        s.source_progress(0, i64::MAX / 2);
+        assert_eq!(s.requests(), 0);
+        assert_eq!(s.counts.scored_not_impressed, 1);
     }
 }
