@@ -17,7 +17,7 @@
 //! `_featurelog/` are invisible to them; on an object store a data object does not exist under
 //! its visible name until its copy completes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -180,6 +180,18 @@ pub struct Dataset {
     root: PathBuf,
     options: SinkOptions,
     storage: Arc<dyn Storage>,
+    /// Hours and days this process has seen marked complete: they never change back, so
+    /// [`Dataset::mark_complete`] does not list or check them again. Without it, every flush
+    /// checked every hour the dataset ever had (a HEAD per hour on object storage).
+    complete: Arc<std::sync::Mutex<Complete>>,
+}
+
+#[derive(Debug, Default)]
+struct Complete {
+    /// `dt=.../hr=...` with a marker, in days not yet complete as a whole.
+    hours: HashSet<String>,
+    /// `dt=...` whose every hour has a marker.
+    days: HashSet<String>,
 }
 
 /// The primitive operations the commit protocol is built from, on each kind of storage. Names
@@ -618,6 +630,7 @@ impl Dataset {
             storage: Arc::new(Local { root: root.clone() }),
             root,
             options,
+            complete: Arc::default(),
         })
     }
 
@@ -652,6 +665,7 @@ impl Dataset {
             }),
             root,
             options,
+            complete: Arc::default(),
         })
     }
 
@@ -792,24 +806,46 @@ impl Dataset {
         }
         let complete_before = watermark.saturating_sub(lag_us);
         let mut marked = Vec::new();
+        let mut known = self
+            .complete
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for day_name in self.storage.children("")?.0 {
+            if known.days.contains(&day_name) {
+                continue;
+            }
             let Some(date) = day_name.strip_prefix("dt=") else {
                 continue;
             };
+            // Rows of a complete hour go to late/, so a day that has ended gets no new hours.
+            let mut whole_day = hour_start_us(date, "00")
+                .is_some_and(|start| start.saturating_add(24 * 3_600_000_000) <= complete_before);
             for hour_name in self.storage.children(&day_name)?.0 {
+                let hour = format!("{day_name}/{hour_name}");
+                if known.hours.contains(&hour) {
+                    continue;
+                }
                 let Some(start) = hour_name
                     .strip_prefix("hr=")
                     .and_then(|hh| hour_start_us(date, hh))
                 else {
                     continue;
                 };
-                let marker = format!("{day_name}/{hour_name}/{SUCCESS}");
-                if start.saturating_add(3_600_000_000) <= complete_before
-                    && !self.storage.exists(&marker)?
-                {
-                    self.storage.put(&marker, Vec::new())?;
-                    marked.push(format!("{day_name}/{hour_name}"));
+                if start.saturating_add(3_600_000_000) > complete_before {
+                    whole_day = false;
+                    continue;
                 }
+                let marker = format!("{hour}/{SUCCESS}");
+                if !self.storage.exists(&marker)? {
+                    self.storage.put(&marker, Vec::new())?;
+                    marked.push(hour.clone());
+                }
+                known.hours.insert(hour);
+            }
+            if whole_day {
+                let prefix = format!("{day_name}/");
+                known.hours.retain(|h| !h.starts_with(&prefix));
+                known.days.insert(day_name);
             }
         }
         Ok(marked)
@@ -1174,6 +1210,107 @@ mod tests {
         assert_eq!(ds.recover("t-0").unwrap(), Some(cp));
         assert_eq!(visible_files(dir.path()), files1);
         assert_eq!(ds.recover("never").unwrap(), None);
+    }
+
+    /// Local storage that counts the listings and existence checks made of it.
+    #[derive(Debug)]
+    struct Counting {
+        inner: Local,
+        lists: std::sync::atomic::AtomicUsize,
+        checks: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Storage for Counting {
+        fn describe(&self, relative: &str) -> PathBuf {
+            self.inner.describe(relative)
+        }
+        fn staging(&self, task: &str, epoch: u64) -> Option<String> {
+            self.inner.staging(task, epoch)
+        }
+        fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
+            self.inner.put(relative, bytes)
+        }
+        fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError> {
+            self.inner.create(relative, bytes)
+        }
+        fn get(&self, relative: &str) -> Result<Vec<u8>, SinkError> {
+            self.inner.get(relative)
+        }
+        fn exists(&self, relative: &str) -> Result<bool, SinkError> {
+            if relative.ends_with(SUCCESS) {
+                self.checks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.inner.exists(relative)
+        }
+        fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError> {
+            if dir.starts_with("dt=") {
+                self.lists
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.inner.children(dir)
+        }
+        fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
+            self.inner.publish(staged, visible)
+        }
+        fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
+            self.inner.discard(task, committed)
+        }
+        fn remove(&self, relative: &str) -> Result<(), SinkError> {
+            self.inner.remove(relative)
+        }
+    }
+
+    #[test]
+    fn hours_and_days_once_complete_are_not_listed_or_checked_again() {
+        use std::sync::atomic::Ordering::Relaxed;
+        const HOUR: i64 = 3_600_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let mut ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let counting = Arc::new(Counting {
+            inner: Local {
+                root: dir.path().to_owned(),
+            },
+            lists: Default::default(),
+            checks: Default::default(),
+        });
+        ds.storage = counting.clone();
+        let tasks = vec!["t-0".to_string()];
+        // Rows in hours 00 and 01 of day one and hour 00 of day two.
+        let mut all = rows(0);
+        all.extend(rows(24));
+        let staged = ds.stage("t-0", 1, &all).unwrap();
+        let mut cp = checkpoint("t-0", 1, staged.files);
+        cp.watermark_us = 2 * HOUR;
+        ds.commit(&cp).unwrap();
+        ds.roll_forward(&cp).unwrap();
+        assert_eq!(
+            ds.mark_complete(&tasks, 0).unwrap(),
+            ["dt=1970-01-01/hr=00", "dt=1970-01-01/hr=01"]
+        );
+        let (lists, checks) = (counting.lists.load(Relaxed), counting.checks.load(Relaxed));
+        // Nothing new: the marked hours are not checked again.
+        assert!(ds.mark_complete(&tasks, 0).unwrap().is_empty());
+        assert_eq!(counting.checks.load(Relaxed), checks);
+        assert_eq!(
+            counting.lists.load(Relaxed),
+            lists + 2,
+            "both days still listed"
+        );
+        // Day one ends: it is listed one last time, then never again.
+        let mut cp2 = checkpoint("t-0", 2, vec![]);
+        cp2.watermark_us = 25 * HOUR;
+        ds.commit(&cp2).unwrap();
+        assert_eq!(
+            ds.mark_complete(&tasks, 0).unwrap(),
+            ["dt=1970-01-02/hr=00"]
+        );
+        let lists = counting.lists.load(Relaxed);
+        assert!(ds.mark_complete(&tasks, 0).unwrap().is_empty());
+        assert_eq!(counting.lists.load(Relaxed), lists + 1, "only day two");
+        // A fresh process (another Dataset) finds the markers and marks nothing twice.
+        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert!(again.mark_complete(&tasks, 0).unwrap().is_empty());
     }
 
     #[test]
