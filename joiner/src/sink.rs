@@ -17,7 +17,7 @@
 //! `_featurelog/` are invisible to them; on an object store a data object does not exist under
 //! its visible name until its copy completes.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -188,6 +188,10 @@ pub struct Dataset {
 
 #[derive(Debug, Default)]
 struct Complete {
+    /// Per task, the newest checkpoint epoch seen and its watermark: the next look starts
+    /// there and probes the following epochs (commits number them consecutively), instead of
+    /// listing every checkpoint the task ever wrote (they are kept: they fence zombies).
+    watermarks: HashMap<String, (u64, i64)>,
     /// `dt=.../hr=...` with a marker, in days not yet complete as a whole.
     hours: HashSet<String>,
     /// `dt=...` whose every hour has a marker.
@@ -704,6 +708,53 @@ impl Dataset {
         format!("_featurelog/checkpoints/{}", safe(task))
     }
 
+    fn checkpoint_name(&self, task: &str, epoch: u64) -> String {
+        format!("{}/{epoch:020}.json", self.checkpoint_dir(task))
+    }
+
+    fn read_checkpoint(&self, relative: &str) -> Result<Checkpoint, SinkError> {
+        let text = self.storage.get(relative)?;
+        serde_json::from_slice(&text).map_err(|e| SinkError::Checkpoint {
+            path: self.storage.describe(relative),
+            problem: e.to_string(),
+        })
+    }
+
+    /// The watermark of `task`'s newest checkpoint, for completeness. Starts from the newest
+    /// epoch this process has seen and probes the next ones; an answer that is behind (a
+    /// checkpoint committed in between) only delays a marker, which is why recovery does not
+    /// use this but lists.
+    fn checkpoint_watermark(
+        &self,
+        known: &mut Complete,
+        task: &str,
+    ) -> Result<Option<i64>, SinkError> {
+        let Some(&(seen, watermark)) = known.watermarks.get(task) else {
+            let newest = self.latest_checkpoint(task)?;
+            if let Some(cp) = &newest {
+                known
+                    .watermarks
+                    .insert(task.to_owned(), (cp.epoch, cp.watermark_us));
+            }
+            return Ok(newest.map(|cp| cp.watermark_us));
+        };
+        let mut epoch = seen;
+        while self
+            .storage
+            .exists(&self.checkpoint_name(task, epoch + 1))?
+        {
+            epoch += 1;
+        }
+        if epoch == seen {
+            return Ok(Some(watermark));
+        }
+        let cp = self.read_checkpoint(&self.checkpoint_name(task, epoch))?;
+        known
+            .watermarks
+            .insert(task.to_owned(), (epoch, cp.watermark_us));
+        Ok(Some(cp.watermark_us))
+    }
+
     /// Writes `rows` as staged files of `task`'s `epoch`, one per hour of impression time
     /// (negatives, which have none, by served-at), split past `max_file_rows`. Rows of an hour
     /// already marked complete (`_SUCCESS`) go under `late/` instead, never silently into the
@@ -780,24 +831,21 @@ impl Dataset {
         let Some((_, name)) = newest else {
             return Ok(None);
         };
-        let relative = format!("{dir}/{name}");
-        let text = self.storage.get(&relative)?;
-        serde_json::from_slice(&text)
-            .map(Some)
-            .map_err(|e| SinkError::Checkpoint {
-                path: self.storage.describe(&relative),
-                problem: e.to_string(),
-            })
+        self.read_checkpoint(&format!("{dir}/{name}")).map(Some)
     }
 
     /// Marks complete every hour that ended at least `lag_us` before the dataset watermark,
     /// the minimum of the newest checkpointed watermark of every one of `tasks`. Returns the
     /// hours marked now (`dt=.../hr=...`). Marks nothing while a task has no checkpoint.
     pub fn mark_complete(&self, tasks: &[String], lag_us: i64) -> Result<Vec<String>, SinkError> {
+        let mut known = self
+            .complete
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut watermark = i64::MAX;
         for task in tasks {
-            match self.latest_checkpoint(task)? {
-                Some(cp) => watermark = watermark.min(cp.watermark_us),
+            match self.checkpoint_watermark(&mut known, task)? {
+                Some(w) => watermark = watermark.min(w),
                 None => return Ok(Vec::new()),
             }
         }
@@ -806,10 +854,6 @@ impl Dataset {
         }
         let complete_before = watermark.saturating_sub(lag_us);
         let mut marked = Vec::new();
-        let mut known = self
-            .complete
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for day_name in self.storage.children("")?.0 {
             if known.days.contains(&day_name) {
                 continue;
@@ -910,11 +954,7 @@ impl Dataset {
     /// The commit point: creates the checkpoint of `checkpoint.epoch`, or fails with
     /// [`SinkError::Fenced`] if that epoch exists.
     pub fn commit(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
-        let relative = format!(
-            "{}/{:020}.json",
-            self.checkpoint_dir(&checkpoint.task),
-            checkpoint.epoch
-        );
+        let relative = self.checkpoint_name(&checkpoint.task, checkpoint.epoch);
         let json = serde_json::to_vec_pretty(checkpoint).map_err(|e| SinkError::Encode {
             path: self.storage.describe(&relative),
             message: e.to_string(),
@@ -1218,6 +1258,7 @@ mod tests {
         inner: Local,
         lists: std::sync::atomic::AtomicUsize,
         checks: std::sync::atomic::AtomicUsize,
+        checkpoint_lists: std::sync::atomic::AtomicUsize,
     }
 
     impl Storage for Counting {
@@ -1248,6 +1289,10 @@ mod tests {
                 self.lists
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
+            if dir.starts_with("_featurelog/checkpoints") {
+                self.checkpoint_lists
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             self.inner.children(dir)
         }
         fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
@@ -1262,7 +1307,7 @@ mod tests {
     }
 
     #[test]
-    fn hours_and_days_once_complete_are_not_listed_or_checked_again() {
+    fn hours_days_and_checkpoints_once_seen_are_not_listed_or_checked_again() {
         use std::sync::atomic::Ordering::Relaxed;
         const HOUR: i64 = 3_600_000_000;
         let dir = tempfile::tempdir().unwrap();
@@ -1273,6 +1318,7 @@ mod tests {
             },
             lists: Default::default(),
             checks: Default::default(),
+            checkpoint_lists: Default::default(),
         });
         ds.storage = counting.clone();
         let tasks = vec!["t-0".to_string()];
@@ -1308,6 +1354,8 @@ mod tests {
         let lists = counting.lists.load(Relaxed);
         assert!(ds.mark_complete(&tasks, 0).unwrap().is_empty());
         assert_eq!(counting.lists.load(Relaxed), lists + 1, "only day two");
+        // The task's checkpoints were listed once; later epochs are found by probing.
+        assert_eq!(counting.checkpoint_lists.load(Relaxed), 1);
         // A fresh process (another Dataset) finds the markers and marks nothing twice.
         let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         assert!(again.mark_complete(&tasks, 0).unwrap().is_empty());
