@@ -154,6 +154,10 @@ impl AllowList {
 pub struct AllowListHandle {
     path: PathBuf,
     current: Arc<ArcSwap<AllowList>>,
+    /// The version of a changed file read once and not yet taken: a change is taken when the
+    /// file reads the same twice in a row, so a file caught mid-write (truncated to nothing,
+    /// or half written, which can parse as a valid but different list) is never taken.
+    settling: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl AllowListHandle {
@@ -166,6 +170,7 @@ impl AllowListHandle {
         Ok(Self {
             path: path.to_owned(),
             current: Arc::new(ArcSwap::from_pointee(list)),
+            settling: Arc::default(),
         })
     }
 
@@ -174,8 +179,9 @@ impl AllowListHandle {
         self.current.load_full()
     }
 
-    /// Checks the file once: returns true if a new version was taken, false if unchanged, and
-    /// an error (the old list stays) if the file cannot be read or is invalid.
+    /// Checks the file once: returns true if a new version was taken, false if unchanged or
+    /// still settling (changed since the last check), and an error (the old list stays) if the
+    /// file cannot be read or, having settled, is invalid.
     pub fn reload(&self) -> Result<bool, String> {
         let text =
             std::fs::read_to_string(&self.path).map_err(|e| format!("cannot read it: {e}"))?;
@@ -183,11 +189,21 @@ impl AllowListHandle {
             "sha256:{}",
             &hex::encode(Sha256::digest(text.as_bytes()))[..16]
         );
+        let mut settling = self
+            .settling
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if version == self.current.load().version {
+            *settling = None;
+            return Ok(false);
+        }
+        if settling.as_deref() != Some(version.as_str()) {
+            *settling = Some(version);
             return Ok(false);
         }
         let list = AllowList::parse(&text)?;
         self.current.store(Arc::new(list));
+        *settling = None;
         Ok(true)
     }
 
@@ -298,12 +314,41 @@ mod tests {
         assert_eq!(handle.reload(), Ok(false));
 
         std::fs::write(&path, "[[model]]\nname = \"ranker\"\nfeatures = [\"x\"]").unwrap();
+        assert_eq!(
+            handle.reload(),
+            Ok(false),
+            "a change is taken once it reads the same twice"
+        );
         assert_eq!(handle.reload(), Ok(true));
         assert_ne!(handle.current().version, v1);
         assert_eq!(handle.current().rule("ranker", "").unwrap().features, ["x"]);
 
         std::fs::write(&path, "this is not toml [").unwrap();
+        assert_eq!(handle.reload(), Ok(false));
         assert!(handle.reload().is_err());
         assert_eq!(handle.current().rule("ranker", "").unwrap().features, ["x"]);
+    }
+
+    #[test]
+    fn a_file_caught_mid_write_is_never_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("allow.toml");
+        std::fs::write(&path, LIST).unwrap();
+        let handle = AllowListHandle::load(&path).unwrap();
+        let v1 = handle.current().version.clone();
+        // `fs::write` truncates first: a check between truncate and write reads an empty file,
+        // which is a valid list that logs nothing.
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(handle.reload(), Ok(false));
+        let full = "[[model]]\nname = \"ranker\"\nfeatures = [\"y\"]\n";
+        std::fs::write(&path, full).unwrap();
+        assert_eq!(handle.reload(), Ok(false));
+        assert_eq!(
+            handle.current().version,
+            v1,
+            "the empty read was never in force"
+        );
+        assert_eq!(handle.reload(), Ok(true));
+        assert_eq!(handle.current().rule("ranker", "").unwrap().features, ["y"]);
     }
 }
