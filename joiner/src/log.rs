@@ -537,40 +537,40 @@ impl ServedLog {
         }
     }
 
-    /// Appends FP32 values `s..e` of column `i` to `out`; false if it has no such values.
-    pub fn fp32(&self, i: usize, s: usize, e: usize, out: &mut Vec<f32>) -> bool {
-        if let Some(bytes) = self.packed(i, 4, s, e) {
+    /// Appends values `s..e` of column `i` to `out` from its packed run of `W`-byte values
+    /// or from its decoded `field`; false if it has no such values.
+    fn floats<T: Copy, const W: usize>(
+        &self,
+        (i, s, e): (usize, usize, usize),
+        out: &mut Vec<T>,
+        from_le: fn([u8; W]) -> T,
+        field: fn(&Values) -> &[T],
+    ) -> bool {
+        if let Some(bytes) = self.packed(i, W as u8, s, e) {
             out.extend(
                 bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                    .chunks_exact(W)
+                    .filter_map(|b| <[u8; W]>::try_from(b).ok())
+                    .map(from_le),
             );
             return true;
         }
         self.values(i)
-            .and_then(|v| v.fp32_values.get(s..e))
+            .and_then(|v| field(v).get(s..e))
             .is_some_and(|v| {
                 out.extend_from_slice(v);
                 true
             })
     }
 
+    /// Appends FP32 values `s..e` of column `i` to `out`; false if it has no such values.
+    pub fn fp32(&self, i: usize, s: usize, e: usize, out: &mut Vec<f32>) -> bool {
+        self.floats((i, s, e), out, f32::from_le_bytes, |v| &v.fp32_values)
+    }
+
     /// Appends FP64 values `s..e` of column `i` to `out`; false if it has no such values.
     pub fn fp64(&self, i: usize, s: usize, e: usize, out: &mut Vec<f64>) -> bool {
-        if let Some(bytes) = self.packed(i, 8, s, e) {
-            out.extend(
-                bytes
-                    .chunks_exact(8)
-                    .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
-            );
-            return true;
-        }
-        self.values(i)
-            .and_then(|v| v.fp64_values.get(s..e))
-            .is_some_and(|v| {
-                out.extend_from_slice(v);
-                true
-            })
+        self.floats((i, s, e), out, f64::from_le_bytes, |v| &v.fp64_values)
     }
 
     /// The log with every field decoded (tests and tools).

@@ -234,6 +234,17 @@ fn arrow_buffer_nulls(valid: Vec<bool>) -> arrow_buffer::NullBuffer {
     arrow_buffer::NullBuffer::from(valid)
 }
 
+/// Reads a column's values from one field of its decoded `Values`, converted by `f`.
+fn decoded<S: Copy, N>(
+    field: fn(&Values) -> &[S],
+    f: fn(S) -> N,
+) -> impl Fn(Cell<'_>, usize, usize, &mut Vec<N>) -> bool {
+    move |c, s, e, out| {
+        c.values()
+            .is_some_and(|v| extend_slice(field(v), s, e, out, f))
+    }
+}
+
 fn extend_slice<S: Copy, N>(
     src: &[S],
     s: usize,
@@ -280,46 +291,45 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
                 valid,
             )
         }
-        DataType::Int8 => primitive::<Int8Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.int32_values, s, e, o, |x| x as i8))
-        }),
-        DataType::Int16 => primitive::<Int16Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.int32_values, s, e, o, |x| x as i16))
-        }),
-        DataType::Int32 => primitive::<Int32Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.int32_values, s, e, o, |x| x))
-        }),
-        DataType::Int64 => primitive::<Int64Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.int64_values, s, e, o, |x| x))
-        }),
-        DataType::Uint8 => primitive::<UInt8Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.uint32_values, s, e, o, |x| x as u8))
-        }),
-        DataType::Uint16 => primitive::<UInt16Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.uint32_values, s, e, o, |x| x as u16))
-        }),
-        DataType::Uint32 => primitive::<UInt32Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.uint32_values, s, e, o, |x| x))
-        }),
-        DataType::Uint64 => primitive::<UInt64Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.uint64_values, s, e, o, |x| x))
-        }),
-        DataType::Fp16 => primitive::<Float32Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.half_bits, s, e, o, |x| f16_to_f32(x as u16)))
-        }),
-        DataType::Bf16 => primitive::<Float32Type>(rows, key, width, |c, s, e, o| {
-            c.values()
-                .is_some_and(|v| extend_slice(&v.half_bits, s, e, o, |x| bf16_to_f32(x as u16)))
-        }),
+        DataType::Int8 => {
+            primitive::<Int8Type>(rows, key, width, decoded(|v| &v.int32_values, |x| x as i8))
+        }
+        DataType::Int16 => {
+            primitive::<Int16Type>(rows, key, width, decoded(|v| &v.int32_values, |x| x as i16))
+        }
+        DataType::Int32 => {
+            primitive::<Int32Type>(rows, key, width, decoded(|v| &v.int32_values, |x| x))
+        }
+        DataType::Int64 => {
+            primitive::<Int64Type>(rows, key, width, decoded(|v| &v.int64_values, |x| x))
+        }
+        DataType::Uint8 => {
+            primitive::<UInt8Type>(rows, key, width, decoded(|v| &v.uint32_values, |x| x as u8))
+        }
+        DataType::Uint16 => primitive::<UInt16Type>(
+            rows,
+            key,
+            width,
+            decoded(|v| &v.uint32_values, |x| x as u16),
+        ),
+        DataType::Uint32 => {
+            primitive::<UInt32Type>(rows, key, width, decoded(|v| &v.uint32_values, |x| x))
+        }
+        DataType::Uint64 => {
+            primitive::<UInt64Type>(rows, key, width, decoded(|v| &v.uint64_values, |x| x))
+        }
+        DataType::Fp16 => primitive::<Float32Type>(
+            rows,
+            key,
+            width,
+            decoded(|v| &v.half_bits, |x| f16_to_f32(x as u16)),
+        ),
+        DataType::Bf16 => primitive::<Float32Type>(
+            rows,
+            key,
+            width,
+            decoded(|v| &v.half_bits, |x| bf16_to_f32(x as u16)),
+        ),
         DataType::Fp32 => {
             primitive::<Float32Type>(rows, key, width, |c, s, e, o| c.log.fp32(c.index, s, e, o))
         }
