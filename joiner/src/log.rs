@@ -572,15 +572,10 @@ impl ServedLog {
     pub fn fp64(&self, i: usize, s: usize, e: usize, out: &mut Vec<f64>) -> bool {
         self.floats((i, s, e), out, f64::from_le_bytes, |v| &v.fp64_values)
     }
-
-    /// The log with every field decoded (tests and tools).
-    pub fn to_decoded(&self) -> FeatureLog {
-        FeatureLog::decode(self.raw.as_slice()).unwrap_or_else(|_| self.head.clone())
-    }
 }
 
 /// Values held for a datatype in a decoded `Values`.
-pub fn decoded_len(dt: DataType, v: &Values) -> usize {
+fn decoded_len(dt: DataType, v: &Values) -> usize {
     match dt {
         DataType::Bool => v.bool_values.len(),
         DataType::Int8 | DataType::Int16 | DataType::Int32 => v.int32_values.len(),
@@ -694,7 +689,10 @@ mod tests {
             "an FP32 run is not FP64"
         );
         // NaN != NaN: compare encodings.
-        assert_eq!(served.to_decoded().encode_to_vec(), log.encode_to_vec());
+        assert_eq!(
+            FeatureLog::decode(served.raw()).unwrap().encode_to_vec(),
+            log.encode_to_vec()
+        );
         assert_eq!(ServedLog::from(log.clone()), served);
     }
 
