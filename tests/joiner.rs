@@ -91,6 +91,32 @@ fn joiner_config(
     path
 }
 
+/// Sets `join.held-logs` in a config written by `joiner_config`.
+fn set_held_logs(config: &Path, mode: &str) {
+    let text = std::fs::read_to_string(config).unwrap().replace(
+        "idle-timeout = \"1h\"\n",
+        &format!("idle-timeout = \"1h\"\nheld-logs = \"{mode}\"\n"),
+    );
+    std::fs::write(config, text).unwrap();
+}
+
+/// Bytes of the state files a local dataset's checkpoints need now.
+fn state_bytes(root: &Path) -> u64 {
+    let mut total = 0;
+    let mut dirs = vec![root.join("_featurelog").join("state")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(entry.path());
+            } else {
+                total += entry.metadata().unwrap().len();
+            }
+        }
+    }
+    total
+}
+
 struct Joiner(Child);
 
 impl Joiner {
@@ -391,7 +417,12 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
         s.dir.path().join("crash"),
         s.dir.path().join("pair"),
     );
-    let single = Joiner::start(&cfg("single", &s.kafka.unique_group("single"), &single_out));
+    // The uninterrupted run copies held feature logs into its state files; the others refer to
+    // them by offset in the feature-log topic (the broker keeps records for a week), so the
+    // restarts read them back from Kafka.
+    let single_config = cfg("single", &s.kafka.unique_group("single"), &single_out);
+    set_held_logs(&single_config, "state-files");
+    let single = Joiner::start(&single_config);
     let pair_group = s.kafka.unique_group("pair");
     let pair = [
         Joiner::start(&cfg("pair-a", &pair_group, &pair_out)),
@@ -420,7 +451,87 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     check_exact(&read_dataset(&pair_out), &s.expected, "two in one group");
     assert_eq!(read_dataset(&crash_out), read_dataset(&single_out));
     assert_eq!(read_dataset(&pair_out), read_dataset(&single_out));
+    // Every log is still held (features wait an hour): the state files that copy them are
+    // several times larger than those that name their offsets.
+    let (copied, named) = (state_bytes(&single_out), state_bytes(&crash_out));
+    assert!(
+        named * 3 < copied,
+        "state files: {named} bytes naming offsets, {copied} bytes copying logs"
+    );
     drop((single, pair, crash, crash_rows, pair_rows));
+}
+
+/// `join.held-logs = "topic"` refuses a feature-log topic that may delete a held log before a
+/// restore reads it back, and says what to change; `featurelog_kafka::admin::topic_retention`
+/// reads what the broker says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_logs_by_offset_are_refused_on_a_topic_with_short_retention() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let Some(kafka) = kafka("held_logs_by_offset_are_refused_on_a_topic_with_short_retention")
+    else {
+        return;
+    };
+    let features = kafka.unique_group("short-features");
+    let admin: AdminClient<_> = kafka.config.client_config(&[]).create().unwrap();
+    let created = admin
+        .create_topics(
+            [&NewTopic::new(&features, 2, TopicReplication::Fixed(1))
+                .set("retention.ms", "3600000")],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    featurelog_kafka::admin::wait_for_leaders(&kafka.config, &features, 2, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let retention =
+        featurelog_kafka::admin::topic_retention(&kafka.config, &features, Duration::from_secs(10))
+            .await
+            .unwrap();
+    assert_eq!(retention.retention, Some(Duration::from_secs(3600)));
+    assert!(!retention.keeps(Duration::from_secs(2 * 3600)));
+
+    let events = kafka.unique_topic("short-events", 1).await;
+    let dead_letter = kafka.unique_topic("short-dlq", 1).await;
+    let dir = temp_dir();
+    let config = joiner_config(
+        dir.path(),
+        "short",
+        &kafka.config,
+        &kafka.unique_group("short"),
+        &features,
+        &events,
+        &dead_letter,
+        &dir.path().join("out"),
+    );
+    set_held_logs(&config, "topic");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+        .args(["join", "--config", config.to_str().unwrap()])
+        .env("FEATURELOG_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the joiner started on a topic that may delete held logs");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    // features-wait 1h + max-out-of-orderness 5s + 1 day.
+    assert!(
+        stderr.contains("retention.ms >= 90005000") && stderr.contains("retention.ms=3600000"),
+        "{stderr}"
+    );
 }
 
 /// With a label window, rows wait for it to close; when the inputs go quiet the watermark moves
@@ -619,6 +730,9 @@ async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
     let s = setup(kafka, 8, 5).await;
     let prefix = s3.unique_prefix("crash");
     let config = s3_joiner_config(&s, &s3, "s3-crash", &prefix);
+    // Restores read the held logs from state files here (the local crash test reads them
+    // back from the topic).
+    set_held_logs(&config, "state-files");
     for wait_ms in [900u64, 1500, 600, 2300, 1100] {
         let j = Joiner::start_with_env(&config, &s3.aws_env());
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;

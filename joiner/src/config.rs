@@ -119,6 +119,24 @@ pub struct WindowConfig {
     /// Memory bound of each task's state; the oldest features are evicted past it.
     #[serde(default = "default_state_bytes")]
     pub state_max_bytes: usize,
+    /// Where checkpoints keep the feature logs a task holds (docs/JOINER.md, "State files").
+    #[serde(default)]
+    pub held_logs: HeldLogs,
+}
+
+/// Where checkpoints keep the feature logs a task holds while they wait for impressions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeldLogs {
+    /// `topic` when the feature-log topic's retention covers [`JoinerConfig::held_logs_retention`],
+    /// else `state-files` (and a log line that says why).
+    #[default]
+    Auto,
+    /// State files name each held log's offset in the feature-log topic; a restore reads the
+    /// logs back from there. Refused at start-up when the topic may delete records too soon.
+    Topic,
+    /// State files hold a copy of each held log's bytes (written once).
+    StateFiles,
 }
 
 /// The dataset.
@@ -280,6 +298,7 @@ impl Default for WindowConfig {
             idle_timeout: default_idle_timeout(),
             negatives_sample_rate: 0.0,
             state_max_bytes: default_state_bytes(),
+            held_logs: HeldLogs::default(),
         }
     }
 }
@@ -361,6 +380,17 @@ impl JoinerConfig {
             .clone()
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| format!("pid{}", std::process::id()))
+    }
+
+    /// How long the feature-log topic must keep records for checkpoints to refer to held logs
+    /// by offset: the longest a log is held (`features-wait` plus the label window, since a
+    /// matched impression keeps its log until the window closes), plus a day in which a
+    /// stopped joiner can still be restarted from its checkpoints.
+    pub fn held_logs_retention(&self) -> Duration {
+        self.join.features_wait
+            + self.join.label_window.unwrap_or_default()
+            + self.join.max_out_of_orderness
+            + Duration::from_secs(24 * 3600)
     }
 
     /// The join's windows and bounds, for an events topic of `event_sources` partitions.

@@ -199,6 +199,9 @@ pub struct ServedLog {
     ids: Vec<(u32, u32)>,
     cells: Vec<Cells>,
     layout: Arc<Layout>,
+    /// Where the record is in its feature-log partition, when checkpoints may refer to it
+    /// there instead of copying its bytes (see [`ServedLog::with_offset`]).
+    offset: Option<i64>,
 }
 
 impl PartialEq for ServedLog {
@@ -238,6 +241,7 @@ impl From<FeatureLog> for ServedLog {
                     layout: Arc::new(Layout {
                         columns: Vec::new(),
                     }),
+                    offset: None,
                 }
             }
         }
@@ -450,7 +454,20 @@ impl ServedLog {
             ids,
             cells: all_cells,
             layout,
+            offset: None,
         })
+    }
+
+    /// Marks the log as the record at `offset` of the task's feature-log partition, which will
+    /// still be there when a restore needs it: snapshots then name the offset and copy nothing.
+    pub fn with_offset(mut self, offset: i64) -> Self {
+        self.offset = Some(offset);
+        self
+    }
+
+    /// See [`ServedLog::with_offset`].
+    pub fn offset(&self) -> Option<i64> {
+        self.offset
     }
 
     /// The record's bytes: a valid encoding of the log.

@@ -25,7 +25,7 @@ pub struct JoinMetrics {
     registry: Registry,
     /// What happened to entries: joined, scored_not_impressed, negatives,
     /// impression_without_features, unknown_item, labels_without_impression, late, evicted,
-    /// duplicate_features.
+    /// duplicate_features, lost_on_restore.
     pub outcomes: Family<Label, Counter>,
     /// Rows committed to the dataset.
     pub rows_written: Counter,
@@ -147,6 +147,11 @@ impl JoinMetrics {
                 "duplicate_features",
                 reported.duplicate_features,
                 now.duplicate_features,
+            ),
+            (
+                "lost_on_restore",
+                reported.lost_on_restore,
+                now.lost_on_restore,
             ),
         ];
         for (name, before, after) in pairs {

@@ -3,21 +3,21 @@
 //! runs one task per partition and commits rows, state and offsets together through the
 //! dataset's checkpoints.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use featurelog_kafka::KafkaConfig;
 use featurelog_schemas::featurelog::v1::{EventType, Impression};
 use prost::Message as _;
-use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{EventFormat, JoinerConfig};
+use crate::config::{EventFormat, HeldLogs, JoinerConfig};
 use crate::event::{self, Event, EventKind};
 use crate::metrics::{JoinMetrics, Label};
 use crate::sink::{Checkpoint, Dataset, SinkError};
@@ -68,6 +68,19 @@ pub enum JoinError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    /// `join.held-logs = "topic"`, but the feature-log topic may delete a held log before a
+    /// restore reads it back.
+    #[error(
+        "feature-log topic {topic:?} may delete a held log before a restore reads it back ({found}): `join.held-logs = \"topic\"` needs retention.ms >= {needed_ms} (features-wait + label-window + max-out-of-orderness + 1 day), retention.bytes = -1 and no compaction. Raise the topic's retention (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config retention.ms={needed_ms}), or set `join.held-logs` to \"state-files\" or \"auto\""
+    )]
+    Retention {
+        /// The feature-log topic.
+        topic: String,
+        /// Its retention settings.
+        found: String,
+        /// The retention needed, in milliseconds.
+        needed_ms: u128,
     },
     /// A task's state snapshot could not be read.
     #[error("task {task}: state snapshot {path}: {message}")]
@@ -140,7 +153,8 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         featurelog_kafka::admin::partition_count(kafka, events, Duration::from_secs(30))
             .await?
             .ok_or_else(|| JoinError::NoTopic(events.clone()))?;
-    tracing::info!(%features, partitions, %events, event_sources, %repartition, "joiner starting");
+    let held_in_topic = held_logs_in_topic(&config).await?;
+    tracing::info!(%features, partitions, %events, event_sources, %repartition, held_in_topic, "joiner starting");
 
     let metrics = Arc::new(JoinMetrics::new());
     let listen = config.metrics.listen;
@@ -170,6 +184,7 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         config.clone(),
         partitions,
         u32::try_from(event_sources).unwrap_or(0),
+        held_in_topic,
         metrics.clone(),
         stop.clone(),
     )
@@ -179,6 +194,126 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
     stop.cancel();
     let routed = router.await.unwrap_or(Ok(()));
     joined.and(routed)
+}
+
+/// Whether checkpoints refer to held feature logs by their offsets in the feature-log topic
+/// (true) or copy them into state files (false), from `join.held-logs` and the topic's
+/// retention. A log read back at a restore must still be in the topic, so offsets are used
+/// only when no retention rule can delete it while a restore may need it.
+async fn held_logs_in_topic(config: &JoinerConfig) -> Result<bool, JoinError> {
+    if config.join.held_logs == HeldLogs::StateFiles {
+        return Ok(false);
+    }
+    let topic = &config.input.features_topic;
+    let retention =
+        featurelog_kafka::admin::topic_retention(&config.kafka, topic, Duration::from_secs(10))
+            .await;
+    choose_held_logs(
+        config.join.held_logs,
+        topic,
+        retention,
+        config.held_logs_retention(),
+    )
+}
+
+fn choose_held_logs(
+    mode: HeldLogs,
+    topic: &str,
+    retention: Result<featurelog_kafka::admin::TopicRetention, featurelog_kafka::KafkaError>,
+    needed: Duration,
+) -> Result<bool, JoinError> {
+    match (mode, retention) {
+        (HeldLogs::StateFiles, _) => Ok(false),
+        (_, Ok(r)) if r.keeps(needed) => {
+            tracing::info!(topic, retention = %r, "checkpoints refer to held feature logs by offset");
+            Ok(true)
+        }
+        (HeldLogs::Topic, Ok(r)) => Err(JoinError::Retention {
+            topic: topic.to_owned(),
+            found: r.to_string(),
+            needed_ms: needed.as_millis(),
+        }),
+        (HeldLogs::Topic, Err(e)) => Err(e.into()),
+        (HeldLogs::Auto, Ok(r)) => {
+            tracing::info!(
+                topic,
+                retention = %r,
+                needed_ms = needed.as_millis(),
+                "the feature-log topic may delete records too soon for restores to read them back: checkpoints copy held feature logs into state files"
+            );
+            Ok(false)
+        }
+        (HeldLogs::Auto, Err(e)) => {
+            tracing::info!(error = %e, "checkpoints copy held feature logs into state files");
+            Ok(false)
+        }
+    }
+}
+
+/// Reads the records at `offsets` of a feature-log partition back for a restore, in one pass
+/// from the lowest to the highest. Records the topic no longer has (retention, compaction)
+/// are missing from the answer; the restore counts them.
+fn read_back(
+    kafka: &KafkaConfig,
+    group: &str,
+    topic: &str,
+    partition: i32,
+    offsets: &BTreeSet<i64>,
+) -> Result<HashMap<i64, Vec<u8>>, String> {
+    let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
+        return Ok(HashMap::new());
+    };
+    let failed = |what: &str, e: RdKafkaError| {
+        format!(
+            "reading held feature logs back from {topic}[{partition}] at offsets {first}..={last}: {what}: {e}"
+        )
+    };
+    // librdkafka wants a group id even for assign(); this consumer never joins it (no
+    // subscribe) and commits nothing.
+    let consumer: BaseConsumer = kafka
+        .client_config(&[
+            ("group.id", group),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("isolation.level", "read_committed"),
+        ])
+        .create()
+        .map_err(|e| failed("creating a consumer", e))?;
+    let (low, high) = consumer
+        .fetch_watermarks(topic, partition, Duration::from_secs(30))
+        .map_err(|e| failed("reading the partition's offsets", e))?;
+    let start = first.max(low);
+    let end = last.min(high - 1);
+    let mut found = HashMap::with_capacity(offsets.len());
+    if start > end {
+        return Ok(found);
+    }
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, partition, Offset::Offset(start))
+        .and_then(|()| consumer.assign(&assignment))
+        .map_err(|e| failed("assigning the partition", e))?;
+    let mut last_record = Instant::now();
+    loop {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                last_record = Instant::now();
+                if offsets.contains(&m.offset()) {
+                    found.insert(m.offset(), m.payload().unwrap_or_default().to_vec());
+                }
+                if m.offset() >= end {
+                    return Ok(found);
+                }
+            }
+            Some(Err(e)) => return Err(failed("fetching", e)),
+            None if last_record.elapsed() > Duration::from_secs(60) => {
+                return Err(format!(
+                    "reading held feature logs back from {topic}[{partition}]: no record for 60 s before offset {end}; is the broker reachable?"
+                ));
+            }
+            None => {}
+        }
+    }
 }
 
 fn dead_letter(
@@ -681,10 +816,12 @@ struct Task {
 
 fn recover(
     dataset: &Dataset,
-    name: &str,
+    partition: i32,
     config: &JoinerConfig,
     event_sources: u32,
 ) -> Result<Task, JoinError> {
+    let topic = &config.input.features_topic;
+    let name = &format!("{topic}-{partition}");
     let checkpoint = dataset.recover(name)?;
     let (state, next, epoch) = match checkpoint {
         Some(cp) => {
@@ -696,13 +833,34 @@ fn recover(
                             .read_state(&Dataset::state_name(name, epoch))
                             .map_err(|e| e.to_string())
                     };
-                    JoinState::restore(config.join_config(event_sources), &bytes, segment).map_err(
-                        |message| JoinError::Restore {
-                            task: name.to_owned(),
-                            path: path.clone(),
-                            message,
-                        },
-                    )?
+                    let read_back = |offsets: &BTreeSet<i64>| {
+                        read_back(
+                            &config.kafka,
+                            &format!("{}.read-back", config.group),
+                            topic,
+                            partition,
+                            offsets,
+                        )
+                    };
+                    let state = JoinState::restore(
+                        config.join_config(event_sources),
+                        &bytes,
+                        segment,
+                        read_back,
+                    )
+                    .map_err(|message| JoinError::Restore {
+                        task: name.to_owned(),
+                        path: path.clone(),
+                        message,
+                    })?;
+                    if state.counts.lost_on_restore > 0 {
+                        tracing::error!(
+                            task = name,
+                            lost = state.counts.lost_on_restore,
+                            "held feature logs are no longer in the feature-log topic (its retention is shorter than the time they are held plus the joiner's downtime): their impressions will find no features"
+                        );
+                    }
+                    state
                 }
                 None => JoinState::new(config.join_config(event_sources)),
             };
@@ -716,6 +874,7 @@ fn recover(
         epoch,
         features_offset = next[0],
         events_offset = next[1],
+        held_requests = state.requests(),
         "task recovered"
     );
     Ok(Task {
@@ -794,6 +953,7 @@ async fn join(
     config: Arc<JoinerConfig>,
     partitions: i32,
     event_sources: u32,
+    held_in_topic: bool,
     metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
@@ -916,8 +1076,7 @@ async fn join(
                 let task = match tasks.entry(p) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
-                        let name = format!("{features_topic}-{p}");
-                        e.insert(tokio::task::block_in_place(|| recover(&dataset, &name, &config, event_sources))?)
+                        e.insert(tokio::task::block_in_place(|| recover(&dataset, p, &config, event_sources))?)
                     }
                 };
                 // Already covered by the task's checkpoint: its rows are in the dataset.
@@ -932,6 +1091,7 @@ async fn join(
                     match crate::log::ServedLog::decode(payload.to_vec(), task.state.layouts()).map_err(|e| e.to_string()).and_then(|log| {
                         crate::rows::validate(&log).map_err(|e| e.to_string()).map(|()| log)
                     }) {
+                        Ok(log) if held_in_topic => task.state.add_features(log.with_offset(message.offset())),
                         Ok(log) => task.state.add_features(log),
                         Err(reason) => {
                             tracing::debug!(%reason, "bad feature log");
@@ -1022,6 +1182,39 @@ fn commit_monitoring(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use featurelog_kafka::admin::TopicRetention;
+
+    #[test]
+    fn held_logs_stay_in_the_topic_only_when_its_retention_covers_a_restore() {
+        let hour = Duration::from_secs(3600);
+        let keeps = |days: u64| TopicRetention {
+            retention: Some(Duration::from_secs(days * 24 * 3600)),
+            retention_bytes: None,
+            compacted: false,
+            deletes: true,
+        };
+        let unknown = || {
+            Err(featurelog_kafka::KafkaError::DescribeTopic {
+                topic: "f".into(),
+                reason: "not supported".into(),
+            })
+        };
+        let choose = |mode, r| choose_held_logs(mode, "f", r, 26 * hour);
+        assert!(choose(HeldLogs::Auto, Ok(keeps(7))).unwrap());
+        assert!(choose(HeldLogs::Topic, Ok(keeps(7))).unwrap());
+        assert!(!choose(HeldLogs::StateFiles, Ok(keeps(7))).unwrap());
+        // A day of retention is less than the 26 hours a restore may need.
+        assert!(!choose(HeldLogs::Auto, Ok(keeps(1))).unwrap());
+        assert!(!choose(HeldLogs::Auto, unknown()).unwrap());
+        let refused = choose(HeldLogs::Topic, Ok(keeps(1)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("retention.ms >= 93600000") && refused.contains("state-files"),
+            "{refused}"
+        );
+        assert!(choose(HeldLogs::Topic, unknown()).is_err());
+    }
 
     #[test]
     fn the_router_partitions_as_kafka_s_murmur2_does() {

@@ -87,6 +87,9 @@ pub struct Counts {
     pub evicted: u64,
     /// Feature logs for a request that already had one (the first is kept).
     pub duplicate_features: u64,
+    /// Held feature logs that a restore could not read back from the feature-log topic (its
+    /// retention or compaction deleted them): their impressions find no features.
+    pub lost_on_restore: u64,
 }
 
 struct FeatureEntry {
@@ -174,7 +177,7 @@ pub struct JoinState {
     bytes: usize,
     /// For each feature log already in a state file: that file's epoch (a segment) and the
     /// log's encoded length. Logs never change, so each is written once (see
-    /// [`JoinState::snapshot`]).
+    /// [`JoinState::snapshot`]). Logs with an offset are never written.
     written: HashMap<String, (u64, usize)>,
     /// Bytes of logs in each segment that a snapshot still refers to.
     segment_bytes: BTreeMap<u64, usize>,
@@ -647,6 +650,10 @@ struct SnapshotHeader {
     /// The epoch of this file (its own logs are segment `epoch`).
     #[prost(uint64, tag = "13")]
     epoch: u64,
+    /// Format 3: for each of `matched_only`, the offset of its log in the feature-log
+    /// partition, or -1 when a segment holds it.
+    #[prost(int64, repeated, tag = "14")]
+    matched_only_offsets: Vec<i64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -659,6 +666,10 @@ struct SnapFeature {
     impressed: Vec<String>,
     #[prost(uint64, tag = "4")]
     segment: u64,
+    /// Format 3: the log is the record at this offset of the feature-log partition, and no
+    /// segment holds it.
+    #[prost(int64, optional, tag = "5")]
+    offset: Option<i64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -755,6 +766,10 @@ impl JoinState {
         let mut new_logs: Vec<&Arc<ServedLog>> = Vec::new();
         let mut new_bytes = 0usize;
         for (r, log) in &live {
+            // The feature-log topic keeps it: the snapshot names its offset.
+            if log.offset().is_some() {
+                continue;
+            }
             if !self.written.contains_key(*r) {
                 let len = log.raw().len();
                 self.written.insert((*r).to_owned(), (epoch, len));
@@ -775,6 +790,7 @@ impl JoinState {
         }
         self.segment_bytes = segment_bytes;
         let segment_of = |r: &str| self.written.get(r).map_or(epoch, |&(s, _)| s);
+        let offset_of = |r: &str| live.get(r).and_then(|log| log.offset());
         let header = SnapshotHeader {
             features: self
                 .features
@@ -784,10 +800,15 @@ impl JoinState {
                     expires_at: expiry.get(r.as_str()).copied().unwrap_or(i64::MAX),
                     impressed: f.impressed.iter().cloned().collect(),
                     segment: segment_of(r),
+                    offset: offset_of(r),
                 })
                 .collect(),
             matched_only: matched_only.iter().map(|r| (*r).to_owned()).collect(),
             matched_only_segments: matched_only.iter().map(|r| segment_of(r)).collect(),
+            matched_only_offsets: matched_only
+                .iter()
+                .map(|r| offset_of(r).unwrap_or(-1))
+                .collect(),
             pending: self
                 .pending
                 .iter()
@@ -816,7 +837,7 @@ impl JoinState {
             watermark_us: self.watermark_us,
             sources: self.sources.clone(),
             features_idle_us: Some(self.features_idle_us),
-            format: 2,
+            format: 3,
             epoch,
             segment_bytes: self
                 .segment_bytes
@@ -840,11 +861,14 @@ impl JoinState {
     }
 
     /// Rebuilds a state from the bytes of [`JoinState::snapshot`]'s file; `segment` reads the
-    /// state file of an earlier epoch that it refers to.
+    /// state file of an earlier epoch that it refers to, and `read_back` the records at the
+    /// given offsets of the feature-log partition (those it cannot find are left out: their
+    /// logs are counted as `lost_on_restore` and the state goes on without them).
     pub fn restore(
         config: JoinConfig,
         bytes: &[u8],
         mut segment: impl FnMut(u64) -> Result<Vec<u8>, String>,
+        read_back: impl FnOnce(&BTreeSet<i64>) -> Result<HashMap<i64, Vec<u8>>, String>,
     ) -> Result<Self, String> {
         use prost::Message;
         let mut buf = bytes;
@@ -852,18 +876,55 @@ impl JoinState {
             SnapshotHeader::decode_length_delimited(&mut buf).map_err(|e| e.to_string())?;
         let mut logs: HashMap<String, Arc<ServedLog>> = HashMap::new();
         let mut state = JoinState::new(config);
+        let mut lost: HashSet<String> = HashSet::new();
         if header.format >= 2 {
-            // Which logs each segment must provide.
+            // Which logs each segment must provide, and which the topic.
             let mut wanted: BTreeMap<u64, HashSet<&str>> = BTreeMap::new();
+            let mut in_topic: BTreeMap<i64, &str> = BTreeMap::new();
             for f in &header.features {
-                wanted.entry(f.segment).or_default().insert(&f.request_id);
+                match f.offset {
+                    Some(o) => {
+                        in_topic.insert(o, &f.request_id);
+                    }
+                    None => {
+                        wanted.entry(f.segment).or_default().insert(&f.request_id);
+                    }
+                }
             }
-            for (r, seg) in header
+            for (i, (r, seg)) in header
                 .matched_only
                 .iter()
                 .zip(&header.matched_only_segments)
+                .enumerate()
             {
-                wanted.entry(*seg).or_default().insert(r);
+                match header.matched_only_offsets.get(i).copied().unwrap_or(-1) {
+                    o if o >= 0 => {
+                        in_topic.insert(o, r);
+                    }
+                    _ => {
+                        wanted.entry(*seg).or_default().insert(r);
+                    }
+                }
+            }
+            if !in_topic.is_empty() {
+                let offsets: BTreeSet<i64> = in_topic.keys().copied().collect();
+                let mut found = read_back(&offsets)?;
+                for (o, r) in &in_topic {
+                    let Some(bytes) = found.remove(o) else {
+                        lost.insert((*r).to_owned());
+                        continue;
+                    };
+                    let log = ServedLog::decode(bytes, &mut state.layouts)
+                        .map_err(|e| format!("feature log at offset {o}: {e}"))?;
+                    if log.request_id != *r {
+                        return Err(format!(
+                            "the feature log at offset {o} is of request {:?}, not {r:?}: was the \
+                             feature-log topic deleted and created again since this checkpoint?",
+                            log.request_id
+                        ));
+                    }
+                    logs.insert((*r).to_owned(), Arc::new(log.with_offset(*o)));
+                }
             }
             for (seg, requests) in &wanted {
                 let file;
@@ -905,7 +966,11 @@ impl JoinState {
                 logs.insert(r.clone(), Arc::new(log));
             }
         }
+        state.counts.lost_on_restore = lost.len() as u64;
         for f in header.features {
+            if lost.contains(&f.request_id) {
+                continue;
+            }
             let log = logs
                 .get(&f.request_id)
                 .cloned()
@@ -919,6 +984,8 @@ impl JoinState {
         }
         for p in header.pending {
             let matched = match p.matched_row {
+                // Its log is gone: the impression waits as one whose features never came.
+                Some(_) if lost.contains(&p.request_id) => None,
                 Some(row) => Some((
                     logs.get(&p.request_id)
                         .cloned()
@@ -1019,6 +1086,33 @@ mod tests {
             time_us: at_min * MIN,
             kind,
             labels: BTreeMap::new(),
+        }
+    }
+
+    /// For restores of states whose logs are all in state files.
+    fn no_topic(_: &BTreeSet<i64>) -> Result<HashMap<i64, Vec<u8>>, String> {
+        Err("no log is held by offset".into())
+    }
+
+    /// A feature-log partition: the records at their offsets.
+    type Partition = BTreeMap<i64, Vec<u8>>;
+
+    /// Takes `log` as the runtime does when the topic keeps the logs: with its offset.
+    fn add_at(s: &mut JoinState, topic: &mut Partition, offset: i64, log: FeatureLog) {
+        use prost::Message;
+        topic.insert(offset, log.encode_to_vec());
+        s.add_features(ServedLog::from(log).with_offset(offset));
+    }
+
+    /// Serves the records a restore asks for that `topic` has.
+    fn read_from(
+        topic: &Partition,
+    ) -> impl FnOnce(&BTreeSet<i64>) -> Result<HashMap<i64, Vec<u8>>, String> + '_ {
+        move |offsets| {
+            Ok(offsets
+                .iter()
+                .filter_map(|o| topic.get(o).map(|b| (*o, b.clone())))
+                .collect())
         }
     }
 
@@ -1139,9 +1233,12 @@ mod tests {
             rows.extend(s.feed(event("r1", "b", 2, EventKind::Click)));
             rows.extend(s.feed(event("r2", "x", 2, EventKind::Impression)));
             if restore_midway {
-                s = JoinState::restore(config(Some(10 * MIN)), &s.snapshot(1).bytes, |_| {
-                    unreachable!("everything is in the one file")
-                })
+                s = JoinState::restore(
+                    config(Some(10 * MIN)),
+                    &s.snapshot(1).bytes,
+                    |_| unreachable!("everything is in the one file"),
+                    no_topic,
+                )
                 .unwrap();
             }
             rows.extend(s.feed(event("r1", "a", 3, EventKind::Click)));
@@ -1241,8 +1338,13 @@ mod tests {
             "only the new log is written"
         );
         files.insert(2, second.bytes.clone());
-        let mut restored =
-            JoinState::restore(config(Some(10 * MIN)), &second.bytes, read(&files)).unwrap();
+        let mut restored = JoinState::restore(
+            config(Some(10 * MIN)),
+            &second.bytes,
+            read(&files),
+            no_topic,
+        )
+        .unwrap();
 
         // Both go on the same way: r1..r5 expire, r6's impression is emitted.
         let later = |s: &mut JoinState| {
@@ -1264,8 +1366,108 @@ mod tests {
         assert_eq!(third.segments, [3]);
         files.clear();
         files.insert(3, third.bytes.clone());
-        let r = JoinState::restore(config(Some(10 * MIN)), &third.bytes, read(&files)).unwrap();
+        let r = JoinState::restore(config(Some(10 * MIN)), &third.bytes, read(&files), no_topic)
+            .unwrap();
         assert_eq!(r.requests(), 1);
+    }
+
+    #[test]
+    fn logs_the_topic_keeps_are_named_by_offset_and_read_back_on_restore() {
+        let mut topic = Partition::new();
+        let mut s = JoinState::new(config(Some(10 * MIN)));
+        add_at(&mut s, &mut topic, 100, log("r1", 0, &["a", "b"]));
+        add_at(&mut s, &mut topic, 101, log("r2", 0, &["a", "b"]));
+        // A log with no offset (the topic might not keep it) is copied as before.
+        s.add_features(log("r3", 1, &["c"]));
+        // r1's impression matched and waits for its label window.
+        s.feed(event("r1", "a", 1, EventKind::Impression));
+        let first = s.snapshot(1);
+        assert_eq!(logs_in(&first.bytes), ["r3"], "only r3's bytes are copied");
+        assert_eq!(first.segments, [1]);
+
+        let mut asked = BTreeSet::new();
+        let mut restored = JoinState::restore(
+            config(Some(10 * MIN)),
+            &first.bytes,
+            |e| Err(format!("segment {e} should not be read")),
+            |offsets: &BTreeSet<i64>| {
+                asked = offsets.clone();
+                read_from(&topic)(offsets)
+            },
+        )
+        .unwrap();
+        assert_eq!(asked, BTreeSet::from([100, 101]));
+        assert_eq!(restored.counts.lost_on_restore, 0);
+
+        let later = |s: &mut JoinState| {
+            let mut rows = s.feed(event("r1", "a", 3, EventKind::Click));
+            rows.extend(s.feed(event("r2", "b", 3, EventKind::Impression)));
+            rows.extend(s.feed(event("r3", "c", 4, EventKind::Impression)));
+            rows.extend(s.add_features(log("r9", 40, &["z"])));
+            rows.extend(s.feed(event("r9", "z", 40, EventKind::Click)));
+            rows.into_iter()
+                .map(|r| (r.request_id, r.item_id, r.row, r.labels.clicks))
+                .collect::<Vec<_>>()
+        };
+        let rows = later(&mut s);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(later(&mut restored), rows);
+        assert_eq!(restored.counts.joined, s.counts.joined);
+        // The restored logs keep their offsets: the next snapshot copies none of them, only
+        // r9's, which came with none.
+        add_at(&mut restored, &mut topic, 102, log("r4", 41, &["d"]));
+        assert_eq!(logs_in(&restored.snapshot(2).bytes), ["r9"]);
+    }
+
+    #[test]
+    fn a_log_the_topic_no_longer_has_is_counted_lost_and_its_impressions_find_no_features() {
+        let mut topic = Partition::new();
+        let mut s = JoinState::new(config(Some(10 * MIN)));
+        add_at(&mut s, &mut topic, 5, log("r1", 0, &["a"]));
+        add_at(&mut s, &mut topic, 6, log("r2", 0, &["a"]));
+        s.feed(event("r1", "a", 1, EventKind::Impression));
+        let snapshot = s.snapshot(1);
+        // Retention deleted offset 5 before the restore.
+        topic.remove(&5);
+        let mut r = JoinState::restore(
+            config(Some(10 * MIN)),
+            &snapshot.bytes,
+            |_| unreachable!(),
+            read_from(&topic),
+        )
+        .unwrap();
+        assert_eq!(r.counts.lost_on_restore, 1);
+        assert_eq!(r.requests(), 1);
+        let mut rows = r.feed(event("r2", "a", 2, EventKind::Impression));
+        rows.extend(r.add_features(log("r9", 40, &["z"])));
+        rows.extend(r.feed(event("r9", "z", 40, EventKind::Click)));
+        assert_eq!(keys(&rows), [("r2".into(), "a".into())]);
+        assert_eq!(r.counts.impression_without_features, 1, "r1's impression");
+    }
+
+    #[test]
+    fn a_restore_refuses_a_topic_whose_offsets_hold_other_requests() {
+        let mut topic = Partition::new();
+        let mut s = JoinState::new(config(None));
+        add_at(&mut s, &mut topic, 0, log("r1", 0, &["a"]));
+        let snapshot = s.snapshot(1);
+        // The topic was deleted and created again: offset 0 is someone else's record now.
+        let mut other = Partition::new();
+        add_at(
+            &mut JoinState::new(config(None)),
+            &mut other,
+            0,
+            log("q", 0, &["a"]),
+        );
+        let err = JoinState::restore(
+            config(None),
+            &snapshot.bytes,
+            |_| unreachable!(),
+            read_from(&other),
+        )
+        .err()
+        .unwrap();
+        assert!(err.contains("created again"), "{err}");
     }
 
     #[test]
@@ -1290,9 +1492,12 @@ mod tests {
             "the live logs were written again into 3"
         );
         assert_eq!(logs_in(&third.bytes), ["r6", "r7"]);
-        let r = JoinState::restore(config(None), &third.bytes, |e| {
-            Err(format!("segment {e} should not be read"))
-        })
+        let r = JoinState::restore(
+            config(None),
+            &third.bytes,
+            |e| Err(format!("segment {e} should not be read")),
+            no_topic,
+        )
         .unwrap();
         assert_eq!(r.requests(), 2);
         let rows = {
@@ -1332,7 +1537,8 @@ mod tests {
         );
         assert_eq!(s.watermark_us(), 4 * MIN);
         // The progress survives a snapshot.
-        let mut r = JoinState::restore(c, &s.snapshot(1).bytes, |_| unreachable!()).unwrap();
+        let mut r =
+            JoinState::restore(c, &s.snapshot(1).bytes, |_| unreachable!(), no_topic).unwrap();
         assert_eq!(r.watermark_us(), 4 * MIN);
         r.add_event(event("r2", "b", 31, EventKind::Impression));
         assert!(

@@ -194,3 +194,123 @@ pub async fn partition_count(
         .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
         .map(|t| t.partitions().len() as i32))
 }
+
+/// How long a topic keeps its records, from the broker's view of the topic's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicRetention {
+    /// `retention.ms`; `None` when records are kept for ever (-1).
+    pub retention: Option<Duration>,
+    /// `retention.bytes` per partition; `None` when unbounded (-1).
+    pub retention_bytes: Option<u64>,
+    /// `cleanup.policy` includes `compact`: records may disappear when a later one has the
+    /// same key.
+    pub compacted: bool,
+    /// `cleanup.policy` includes `delete`: `retention` and `retention_bytes` apply.
+    pub deletes: bool,
+}
+
+impl TopicRetention {
+    /// Whether every record stays readable for at least `needed` after it was written.
+    pub fn keeps(&self, needed: Duration) -> bool {
+        !self.compacted
+            && (!self.deletes
+                || (self.retention_bytes.is_none() && self.retention.is_none_or(|r| r >= needed)))
+    }
+}
+
+impl std::fmt::Display for TopicRetention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let policy = match (self.deletes, self.compacted) {
+            (true, true) => "compact,delete",
+            (false, true) => "compact",
+            _ => "delete",
+        };
+        write!(f, "cleanup.policy={policy}")?;
+        if self.deletes {
+            match self.retention {
+                Some(r) => write!(f, ", retention.ms={}", r.as_millis())?,
+                None => write!(f, ", retention.ms=-1")?,
+            }
+            match self.retention_bytes {
+                Some(b) => write!(f, ", retention.bytes={b}")?,
+                None => write!(f, ", retention.bytes=-1")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The retention settings of `topic` (DescribeConfigs). An error when the cluster does not
+/// answer the request (librdkafka's mock cluster does not implement it).
+pub async fn topic_retention(
+    kafka: &KafkaConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<TopicRetention, KafkaError> {
+    use rdkafka::admin::ResourceSpecifier;
+    let (admin, last): (AdminClient<LastError>, _) = client(kafka)?;
+    let options = AdminOptions::new().request_timeout(Some(timeout));
+    let described = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+        .await;
+    let failed = |reason: String| KafkaError::DescribeTopic {
+        topic: topic.to_owned(),
+        reason,
+    };
+    let resource = match described {
+        Ok(mut results) if !results.is_empty() => results
+            .swap_remove(0)
+            .map_err(|code| failed(code.to_string()))?,
+        Ok(_) => return Err(failed("no answer for the topic".into())),
+        Err(err) => return Err(failed(last.explain(err.to_string()))),
+    };
+    let value = |name: &str| resource.get(name).and_then(|e| e.value.clone());
+    let number = |name: &str| -> Result<Option<i64>, KafkaError> {
+        match value(name) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<i64>()
+                .map(|n| (n >= 0).then_some(n))
+                .map_err(|_| failed(format!("{name} = {v:?} is not a number"))),
+        }
+    };
+    let policy = value("cleanup.policy").unwrap_or_else(|| "delete".into());
+    Ok(TopicRetention {
+        retention: number("retention.ms")?.map(|ms| Duration::from_millis(ms as u64)),
+        retention_bytes: number("retention.bytes")?.map(|b| b as u64),
+        compacted: policy.split(',').any(|p| p.trim() == "compact"),
+        deletes: policy.split(',').any(|p| p.trim() == "delete"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retention(policy: &str, ms: Option<u64>, bytes: Option<u64>) -> TopicRetention {
+        TopicRetention {
+            retention: ms.map(Duration::from_millis),
+            retention_bytes: bytes,
+            compacted: policy.contains("compact"),
+            deletes: policy.contains("delete"),
+        }
+    }
+
+    #[test]
+    fn a_topic_keeps_records_only_if_no_rule_can_delete_them_sooner() {
+        let hour = Duration::from_secs(3600);
+        let week = 7 * 24 * 3_600_000;
+        assert!(retention("delete", Some(week), None).keeps(hour));
+        assert!(retention("delete", None, None).keeps(hour));
+        assert!(!retention("delete", Some(1_800_000), None).keeps(hour));
+        // A size bound can delete a record at any age under load.
+        assert!(!retention("delete", Some(week), Some(1 << 30)).keeps(hour));
+        // Compaction drops a record when a later one has the same key.
+        assert!(!retention("compact", None, None).keeps(hour));
+        assert!(!retention("compact,delete", Some(week), None).keeps(hour));
+        assert_eq!(
+            retention("delete", Some(week), Some(5)).to_string(),
+            "cleanup.policy=delete, retention.ms=604800000, retention.bytes=5"
+        );
+    }
+}

@@ -38,6 +38,14 @@ pub enum KafkaError {
         /// The last thing that went wrong while waiting.
         last_error: String,
     },
+    /// The cluster did not describe a topic's configuration.
+    #[error("could not read the configuration of topic {topic:?}: {reason}")]
+    DescribeTopic {
+        /// The topic.
+        topic: String,
+        /// The broker's or the client's reason.
+        reason: String,
+    },
     /// The embedded dev broker could not start.
     #[error("could not start the embedded dev broker")]
     DevBroker(#[source] rdkafka::error::KafkaError),
