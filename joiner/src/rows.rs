@@ -206,7 +206,8 @@ fn primitive<T: ArrowPrimitiveType>(
         }
         valid.push(ok);
     }
-    let array = PrimitiveArray::<T>::from_iter_values(values);
+    // The Vec becomes the array's buffer as it is, without a copy.
+    let array = PrimitiveArray::<T>::new(values.into(), None);
     wrap(Arc::new(array), T::DATA_TYPE, key, width, valid)
 }
 
