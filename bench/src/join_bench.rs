@@ -56,7 +56,7 @@ struct Args {
 }
 
 fn cpu_seconds() -> f64 {
-    featurelog_bench::cpu_seconds(None)
+    featurelog_bench::process_cpu_seconds()
 }
 
 fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {
@@ -225,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
         JoinerConfig::from_toml_with_env(&dir.path().join("join.toml"), &text, Vec::new())?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let cpu0 = cpu_seconds();
+    let groups0 = featurelog_bench::cpu_by_thread_group();
     let started = Instant::now();
     let joiner = tokio::spawn(featurelog_joiner::run::run(config, shutdown.clone()));
     loop {
@@ -241,6 +242,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let join_cpu = cpu_seconds() - cpu0;
+    let groups = featurelog_bench::cpu_by_thread_group();
     let join_wall = started.elapsed().as_secs_f64();
     shutdown.cancel();
     joiner.await??;
@@ -259,6 +261,13 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "joiner throughput per core / consume-only: {:.3} (target >= 0.5); wall {join_wall:.1} s (includes waiting for flushes)",
         consume_cpu / join_cpu
+    );
+    let by = |g: usize| groups[g] - groups0[g];
+    println!(
+        "join CPU by thread (threads alive at the end): tokio (router, join, metrics) {:.2} s, librdkafka {:.2} s, other {:.2} s",
+        by(0),
+        by(1),
+        by(2)
     );
 
     // 2. Memory per buffered request, in a fresh process: this one's allocator keeps the

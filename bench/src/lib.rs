@@ -22,3 +22,45 @@ pub fn cpu_seconds(pid: Option<u32>) -> f64 {
     }
     total as f64 / 1e9
 }
+
+/// CPU time of this process in seconds, from `/proc/self/stat` (utime + stime, in the kernel's
+/// 100 Hz user ticks). Unlike [`cpu_seconds`], which sums the threads alive when it is called,
+/// it keeps the time of threads that exited in between (a short-lived Kafka admin client,
+/// say), so a measurement cannot miss work that ended early.
+pub fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name may hold spaces: fields are counted after its closing parenthesis,
+    // where field 3 (state) comes first and utime, stime are fields 14 and 15.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
+}
+
+/// CPU seconds of this process's live threads by group: tokio workers, librdkafka's threads
+/// (`rdk:`), and the rest.
+pub fn cpu_by_thread_group() -> [f64; 3] {
+    let mut out = [0.0; 3];
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            let ns: f64 = std::fs::read_to_string(task.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0.0);
+            let group = if comm.starts_with("tokio") {
+                0
+            } else if comm.starts_with("rdk:") {
+                1
+            } else {
+                2
+            };
+            out[group] += ns / 1e9;
+        }
+    }
+    out
+}
