@@ -46,6 +46,10 @@ struct Args {
     /// The joiner's flush (commit) interval; 10 s is its default.
     #[arg(long, default_value = "10s")]
     flush_interval: String,
+    /// The joiner's `join.held-logs`: `auto` (offsets in the topic, whose retention here is
+    /// the broker's week), `topic` or `state-files` (copies into the state files).
+    #[arg(long, default_value = "auto")]
+    held_logs: String,
     /// Kafka bootstrap servers.
     #[arg(long, env = "FEATURELOG_KAFKA", default_value = "")]
     kafka: String,
@@ -215,9 +219,10 @@ async fn main() -> anyhow::Result<()> {
     let text = format!(
         "group = \"bench-join-{run}\"\n[kafka]\nbootstrap-servers = \"{}\"\n[input]\nfeatures-topic = \"{features}\"\n\
          events-topic = \"{events}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"1h\"\n\
-         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\n[output]\npath = \"{}\"\nflush-interval = \"{}\"\n\
+         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n[output]\npath = \"{}\"\nflush-interval = \"{}\"\n\
          [metrics]\nlisten = \"{metrics_addr}\"\n",
         args.kafka,
+        args.held_logs,
         dir.path().join("out").display(),
         args.flush_interval
     );
