@@ -294,6 +294,7 @@ fn read_back(
         .and_then(|()| consumer.assign(&assignment))
         .map_err(|e| failed("assigning the partition", e))?;
     let mut last_record = Instant::now();
+    let mut last_error = String::from("none");
     loop {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
@@ -305,13 +306,19 @@ fn read_back(
                     return Ok(found);
                 }
             }
-            Some(Err(e)) => return Err(failed("fetching", e)),
-            None if last_record.elapsed() > Duration::from_secs(60) => {
-                return Err(format!(
-                    "reading held feature logs back from {topic}[{partition}]: no record for 60 s before offset {end}; is the broker reachable?"
-                ));
+            // Consumer errors are events, not the end of the read: an offset reset when
+            // retention deletes the start meanwhile, a broker that is restarting. The time
+            // bound below ends a read that makes no progress.
+            Some(Err(e)) => {
+                tracing::warn!(topic, partition, error = %e, "reading held feature logs back");
+                last_error = e.to_string();
             }
             None => {}
+        }
+        if last_record.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "reading held feature logs back from {topic}[{partition}]: no record for 60 s before offset {end} (last error: {last_error}); is the broker reachable?"
+            ));
         }
     }
 }
