@@ -3,7 +3,9 @@
 //! the Parquet dataset read back. Also: SIGKILL and restart, and two processes in one group,
 //! each compared with an uninterrupted single process. The same on S3-compatible storage
 //! (`FEATURELOG_S3`, `scripts/s3.sh`): rows exactly once, read back by pyarrow's S3 client. And
-//! the whole path over a SASL_SSL listener (TLS + SCRAM), as managed clusters require.
+//! the whole path over a SASL_SSL listener (TLS + SCRAM), as managed clusters require. And
+//! `join.held-logs`: restores that read held logs back from the topic, a topic whose retention
+//! is too short refused, logs the topic deleted counted as lost.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::BTreeMap;
@@ -16,7 +18,8 @@ use arrow_array::types::Float32Type;
 use featurelog_kafka::KafkaConfig;
 use featurelog_testkit::broker::DedicatedBroker;
 use featurelog_testkit::serving::{
-    client, kafka_toml, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
+    client, free_addr, http_get, kafka_toml, model_server, ranker_request, sidecar, sidecar_config,
+    temp_dir,
 };
 use featurelog_testkit::{TestKafka, TestS3, kafka, s3};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -531,6 +534,100 @@ async fn held_logs_by_offset_are_refused_on_a_topic_with_short_retention() {
         stderr.contains("retention.ms >= 90005000") && stderr.contains("retention.ms=3600000"),
         "{stderr}"
     );
+}
+
+/// A held log that the topic deleted while the joiner was stopped (retention shorter than the
+/// checkpoints need, or records deleted by hand) cannot come back: the restore counts it as
+/// `lost_on_restore` and the joiner goes on, joining the logs that are still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_logs_the_topic_deleted_are_counted_lost_and_the_others_still_join() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let Some(kafka) =
+        kafka("held_logs_the_topic_deleted_are_counted_lost_and_the_others_still_join")
+    else {
+        return;
+    };
+    let s = setup(kafka, 8, 1).await;
+    let out = s.dir.path().join("lost");
+    let config = joiner_config(
+        s.dir.path(),
+        "lost",
+        &s.kafka.config,
+        &s.kafka.unique_group("lost"),
+        &s.features,
+        &s.events,
+        &s.dead_letter,
+        &out,
+    );
+    set_held_logs(&config, "topic");
+    let metrics = free_addr();
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("127.0.0.1:0", &metrics.to_string());
+    std::fs::write(&config, text).unwrap();
+
+    // Every row joined and committed; the checkpoints hold the logs (features wait an hour).
+    let joiner = Joiner::start(&config);
+    wait_for_rows(&out, s.expected.len(), "before the deletion").await;
+    assert_eq!(joiner.terminate().code(), Some(0));
+
+    // Delete all but the last feature log of each partition.
+    let logs = s.kafka.read(&s.features, 8, Duration::from_secs(30)).await;
+    let mut last: BTreeMap<i32, (i64, String)> = BTreeMap::new();
+    for log in &logs {
+        let newest = last.entry(log.partition).or_insert((-1, String::new()));
+        if log.offset > newest.0 {
+            *newest = (log.offset, log.key_str());
+        }
+    }
+    let mut before = rdkafka::TopicPartitionList::new();
+    for (p, (offset, _)) in &last {
+        before
+            .add_partition_offset(&s.features, *p, rdkafka::Offset::Offset(*offset))
+            .unwrap();
+    }
+    let admin: AdminClient<_> = s.kafka.config.client_config(&[]).create().unwrap();
+    admin
+        .delete_records(&before, &AdminOptions::new())
+        .await
+        .unwrap();
+    let kept: Vec<&String> = last.values().map(|(_, request)| request).collect();
+    let lost = logs.len() - kept.len();
+    assert!(lost >= 4, "8 logs on 4 partitions");
+
+    // A new impression for every request: only the kept logs can give rows.
+    let mut expected = s.expected.clone();
+    let mut app = Vec::new();
+    for seed in 0..8u32 {
+        let id = format!("req-{seed}");
+        let item = (1001 + seed * 10_000).to_string();
+        app.push(app_event(
+            &id,
+            &item,
+            1_764_439_200_000 + i64::from(seed) * 1000 + 30,
+            "impression",
+        ));
+        if kept.contains(&&id) {
+            expected.insert((id, item), 0);
+        }
+    }
+    produce_events(&s.kafka.config, &s.events, &app).await;
+    let joiner = Joiner::start(&config);
+    wait_for_rows(&out, expected.len(), "after the restart").await;
+    let counted = format!("featurelog_join_outcomes_total{{name=\"lost_on_restore\"}} {lost}");
+    let scraped = featurelog_testkit::eventually(Duration::from_secs(30), || {
+        http_get(metrics, "/metrics").is_some_and(|m| m.contains(&counted))
+    })
+    .await;
+    assert!(
+        scraped,
+        "{counted} not in {:?}",
+        http_get(metrics, "/metrics")
+    );
+    // Let a stray row surface before comparing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(&read_dataset(&out), &expected, "after losing held logs");
+    drop(joiner);
 }
 
 /// With a label window, rows wait for it to close; when the inputs go quiet the watermark moves

@@ -2,31 +2,10 @@
 //! SIGTERM. It forwards calls, serves /metrics and /readyz, and exits 0 after draining.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use featurelog_testkit::serving::{model_server, ranker_request};
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
+use featurelog_testkit::serving::{free_addr, http_get, model_server, ranker_request};
 
 #[tokio::test]
 async fn sidecar_binary_serves_metrics_and_stops_cleanly_on_sigterm() {

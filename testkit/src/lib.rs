@@ -38,6 +38,8 @@ pub struct Received {
     pub payload: Vec<u8>,
     /// Its partition.
     pub partition: i32,
+    /// Its offset in the partition.
+    pub offset: i64,
 }
 
 impl Received {
@@ -144,6 +146,7 @@ impl TestKafka {
                 key: message.key().map(<[u8]>::to_vec),
                 payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                 partition: message.partition(),
+                offset: message.offset(),
             });
         }
         out

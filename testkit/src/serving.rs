@@ -260,3 +260,24 @@ pub fn sent_values(request: &ModelInferRequest, name: &str) -> TensorValues {
 pub fn decode_log(payload: &[u8]) -> featurelog_schemas::featurelog::v1::FeatureLog {
     prost::Message::decode(payload).expect("a FeatureLog")
 }
+
+/// A local address no one listens on now, for a process that must be told its port.
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free local port")
+}
+
+/// The whole HTTP/1.1 response to `GET path`, or `None` if nothing answers.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
