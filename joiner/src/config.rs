@@ -119,7 +119,8 @@ pub struct WindowConfig {
     /// Memory bound of each task's state; the oldest features are evicted past it.
     #[serde(default = "default_state_bytes")]
     pub state_max_bytes: usize,
-    /// Where checkpoints keep the feature logs a task holds (docs/JOINER.md, "State files").
+    /// Where checkpoints keep the feature logs a task holds (docs/JOINER.md, "Held logs by
+    /// offset").
     #[serde(default)]
     pub held_logs: HeldLogs,
 }
@@ -384,8 +385,9 @@ impl JoinerConfig {
 
     /// How long the feature-log topic must keep records for checkpoints to refer to held logs
     /// by offset: the longest a log is held (`features-wait` plus the label window, since a
-    /// matched impression keeps its log until the window closes), plus a day in which a
-    /// stopped joiner can still be restarted from its checkpoints.
+    /// matched impression keeps its log until the window closes, plus the out-of-orderness the
+    /// watermark allows), plus a day in which a stopped joiner can still be restarted from its
+    /// checkpoints.
     pub fn held_logs_retention(&self) -> Duration {
         self.join.features_wait
             + self.join.label_window.unwrap_or_default()
