@@ -275,6 +275,22 @@ struct Setup {
     expected: BTreeMap<(String, String), u32>,
 }
 
+impl Setup {
+    /// A joiner config (`joiner_config`) for this setup's topics.
+    fn joiner_config(&self, name: &str, group: &str, out: &Path) -> PathBuf {
+        joiner_config(
+            self.dir.path(),
+            name,
+            &self.kafka.config,
+            group,
+            &self.features,
+            &self.events,
+            &self.dead_letter,
+            out,
+        )
+    }
+}
+
 /// Sends `requests` recommender requests through a sidecar, and app events for them: items 0
 /// and 2 of each request impressed, item 2 also clicked. Features and events are read from
 /// different topics, so either side may come first. Plus one event that is not JSON.
@@ -354,16 +370,7 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     let s = setup(kafka, 10, 1).await;
     let out = s.dir.path().join("dataset");
     let group = s.kafka.unique_group("joiner");
-    let config = joiner_config(
-        s.dir.path(),
-        "j1",
-        &s.kafka.config,
-        &group,
-        &s.features,
-        &s.events,
-        &s.dead_letter,
-        &out,
-    );
+    let config = s.joiner_config("j1", &group, &out);
     let joiner = Joiner::start(&config);
     let d = wait_for_rows(&out, s.expected.len(), "single joiner").await;
     check_exact(&d, &s.expected, "single joiner");
@@ -404,18 +411,6 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
         return;
     };
     let s = setup(kafka, 8, 5).await;
-    let cfg = |name: &str, group: &str, out: &Path| {
-        joiner_config(
-            s.dir.path(),
-            name,
-            &s.kafka.config,
-            group,
-            &s.features,
-            &s.events,
-            &s.dead_letter,
-            out,
-        )
-    };
     let (single_out, crash_out, pair_out) = (
         s.dir.path().join("single"),
         s.dir.path().join("crash"),
@@ -424,15 +419,15 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     // The uninterrupted run copies held feature logs into its state files; the others refer to
     // them by offset in the feature-log topic (the broker keeps records for a week), so the
     // restarts read them back from Kafka.
-    let single_config = cfg("single", &s.kafka.unique_group("single"), &single_out);
+    let single_config = s.joiner_config("single", &s.kafka.unique_group("single"), &single_out);
     set_held_logs(&single_config, "state-files");
     let single = Joiner::start(&single_config);
     let pair_group = s.kafka.unique_group("pair");
     let pair = [
-        Joiner::start(&cfg("pair-a", &pair_group, &pair_out)),
-        Joiner::start(&cfg("pair-b", &pair_group, &pair_out)),
+        Joiner::start(&s.joiner_config("pair-a", &pair_group, &pair_out)),
+        Joiner::start(&s.joiner_config("pair-b", &pair_group, &pair_out)),
     ];
-    let crash_config = cfg("crash", &s.kafka.unique_group("crash"), &crash_out);
+    let crash_config = s.joiner_config("crash", &s.kafka.unique_group("crash"), &crash_out);
     // Kill -9 at different moments of the run, restarting each time.
     for wait_ms in [700u64, 1300, 400, 2100, 900] {
         let j = Joiner::start(&crash_config);
@@ -549,16 +544,7 @@ async fn held_logs_the_topic_deleted_are_counted_lost_and_the_others_still_join(
     };
     let s = setup(kafka, 8, 1).await;
     let out = s.dir.path().join("lost");
-    let config = joiner_config(
-        s.dir.path(),
-        "lost",
-        &s.kafka.config,
-        &s.kafka.unique_group("lost"),
-        &s.features,
-        &s.events,
-        &s.dead_letter,
-        &out,
-    );
+    let config = s.joiner_config("lost", &s.kafka.unique_group("lost"), &out);
     set_held_logs(&config, "topic");
     let metrics = free_addr();
     let text = std::fs::read_to_string(&config)
@@ -719,14 +705,9 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
 /// A joiner config whose output is a fresh prefix of the test bucket; the joiner process gets
 /// its endpoint and credentials from the environment, as from a deployment's secrets.
 fn s3_joiner_config(s: &Setup, s3: &TestS3, name: &str, prefix: &str) -> PathBuf {
-    let config = joiner_config(
-        s.dir.path(),
+    let config = s.joiner_config(
         name,
-        &s.kafka.config,
         &s.kafka.unique_group(name),
-        &s.features,
-        &s.events,
-        &s.dead_letter,
         Path::new(&s3.url(prefix)),
     );
     let text = std::fs::read_to_string(&config).unwrap().replace(
@@ -882,16 +863,7 @@ async fn over_tls_and_scram_the_sidecar_and_joiner_write_exactly_the_expected_ro
     let s = setup(TestKafka { config: secure }, 4, 1).await;
     let out = s.dir.path().join("dataset");
     let group = s.kafka.unique_group("joiner-secure");
-    let config = joiner_config(
-        s.dir.path(),
-        "secure",
-        &s.kafka.config,
-        &group,
-        &s.features,
-        &s.events,
-        &s.dead_letter,
-        &out,
-    );
+    let config = s.joiner_config("secure", &group, &out);
     let joiner = Joiner::start(&config);
     let d = wait_for_rows(&out, s.expected.len(), "over SASL_SSL").await;
     check_exact(&d, &s.expected, "over SASL_SSL");

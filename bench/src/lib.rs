@@ -4,23 +4,7 @@
 /// `/proc/<pid>/task/*/schedstat`, whose first field is nanoseconds on the CPU: finer than the
 /// clock ticks of `/proc/<pid>/stat`.
 pub fn cpu_seconds(pid: Option<u32>) -> f64 {
-    let dir = match pid {
-        Some(pid) => format!("/proc/{pid}/task"),
-        None => "/proc/self/task".to_owned(),
-    };
-    let mut total = 0u64;
-    if let Ok(tasks) = std::fs::read_dir(dir) {
-        for task in tasks.flatten() {
-            if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
-                total += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    total as f64 / 1e9
+    thread_cpu(pid).iter().map(|(_, seconds)| seconds).sum()
 }
 
 /// CPU time of this process in seconds, from `/proc/self/stat` (utime + stime, in the kernel's
@@ -41,26 +25,40 @@ pub fn process_cpu_seconds() -> f64 {
     ticks as f64 / 100.0
 }
 
-/// CPU seconds of this process's live threads by group: tokio workers, librdkafka's threads
-/// (`rdk:`), and the rest.
-pub fn cpu_by_thread_group() -> [f64; 3] {
-    let mut out = [0.0; 3];
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+/// Each live thread of process `pid` (`None`: this process): its name and CPU seconds, from
+/// `/proc/<pid>/task/*/comm` and `schedstat`.
+pub fn thread_cpu(pid: Option<u32>) -> Vec<(String, f64)> {
+    let dir = match pid {
+        Some(pid) => format!("/proc/{pid}/task"),
+        None => "/proc/self/task".to_owned(),
+    };
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(dir) {
         for task in tasks.flatten() {
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
             let ns: f64 = std::fs::read_to_string(task.path().join("schedstat"))
                 .ok()
                 .and_then(|s| s.split_whitespace().next()?.parse().ok())
                 .unwrap_or(0.0);
-            let group = if comm.starts_with("tokio") {
-                0
-            } else if comm.starts_with("rdk:") {
-                1
-            } else {
-                2
-            };
-            out[group] += ns / 1e9;
+            out.push((comm.trim_end().to_owned(), ns / 1e9));
         }
+    }
+    out
+}
+
+/// CPU seconds of this process's live threads by group: tokio workers, librdkafka's threads
+/// (`rdk:`), and the rest.
+pub fn cpu_by_thread_group() -> [f64; 3] {
+    let mut out = [0.0; 3];
+    for (comm, seconds) in thread_cpu(None) {
+        let group = if comm.starts_with("tokio") {
+            0
+        } else if comm.starts_with("rdk:") {
+            1
+        } else {
+            2
+        };
+        out[group] += seconds;
     }
     out
 }

@@ -71,24 +71,17 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// CPU seconds per thread group (tokio workers, publisher threads, librdkafka threads, other).
 fn cpu_by_group(pid: u32) -> [f64; 4] {
     let mut out = [0.0; 4];
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            let ns: f64 = std::fs::read_to_string(task.path().join("schedstat"))
-                .ok()
-                .and_then(|s| s.split_whitespace().next()?.parse().ok())
-                .unwrap_or(0.0);
-            let group = if comm.starts_with("tokio") {
-                0
-            } else if comm.starts_with("featurelog-pub") {
-                1
-            } else if comm.starts_with("rdk:") {
-                2
-            } else {
-                3
-            };
-            out[group] += ns / 1e9;
-        }
+    for (comm, seconds) in featurelog_bench::thread_cpu(Some(pid)) {
+        let group = if comm.starts_with("tokio") {
+            0
+        } else if comm.starts_with("featurelog-pub") {
+            1
+        } else if comm.starts_with("rdk:") {
+            2
+        } else {
+            3
+        };
+        out[group] += seconds;
     }
     out
 }
