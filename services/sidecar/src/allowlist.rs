@@ -304,12 +304,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn reload_keeps_the_old_list_when_the_new_file_is_broken() {
+    /// A handle on `LIST` written to a file of its own (the directory lives as long as the
+    /// first element).
+    fn loaded() -> (tempfile::TempDir, std::path::PathBuf, AllowListHandle) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("allow.toml");
         std::fs::write(&path, LIST).unwrap();
         let handle = AllowListHandle::load(&path).unwrap();
+        (dir, path, handle)
+    }
+
+    #[test]
+    fn reload_keeps_the_old_list_when_the_new_file_is_broken() {
+        let (_dir, path, handle) = loaded();
         let v1 = handle.current().version.clone();
         assert_eq!(handle.reload(), Ok(false));
 
@@ -331,10 +338,7 @@ mod tests {
 
     #[test]
     fn a_file_caught_mid_write_is_never_taken() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("allow.toml");
-        std::fs::write(&path, LIST).unwrap();
-        let handle = AllowListHandle::load(&path).unwrap();
+        let (_dir, path, handle) = loaded();
         let v1 = handle.current().version.clone();
         // `fs::write` truncates first: a check between truncate and write reads an empty file,
         // which is a valid list that logs nothing.
