@@ -50,8 +50,17 @@ fn app_event(request: &str, item: &str, time_ms: i64, kind: &str) -> AppEvent {
 /// Produces events the way an app with its own client would: keyed by item id, with
 /// librdkafka's CRC32 partitioner, so they are not co-partitioned with the feature logs.
 async fn produce_events(kafka: &KafkaConfig, topic: &str, events: &[AppEvent]) {
+    produce_events_with(kafka, topic, events, "consistent_random").await;
+}
+
+async fn produce_events_with(
+    kafka: &KafkaConfig,
+    topic: &str,
+    events: &[AppEvent],
+    partitioner: &str,
+) {
     let producer: FutureProducer = kafka
-        .client_config(&[("partitioner", "consistent_random")])
+        .client_config(&[("partitioner", partitioner)])
         .create()
         .unwrap();
     for e in events {
@@ -295,8 +304,17 @@ impl Setup {
 /// and 2 of each request impressed, item 2 also clicked. Features and events are read from
 /// different topics, so either side may come first. Plus one event that is not JSON.
 async fn setup(kafka: TestKafka, requests: u32, waves: u32) -> Setup {
+    setup_with(kafka, requests, waves, false).await
+}
+
+/// `setup`, with the events either partitioned the app's own way (3 partitions, keyed by item
+/// id, CRC32) or, `by_request`, co-partitioned with the feature logs: keyed by request id with
+/// murmur2 (as Kafka's Java client does) into as many partitions.
+async fn setup_with(kafka: TestKafka, requests: u32, waves: u32, by_request: bool) -> Setup {
     let features = kafka.unique_topic("join-features", 4).await;
-    let events = kafka.unique_topic("join-events", 3).await;
+    let events = kafka
+        .unique_topic("join-events", if by_request { 4 } else { 3 })
+        .await;
     let dead_letter = kafka.unique_topic("join-dlq", 1).await;
     let (model_addr, stop) = model_server(&["ranker"]).await;
     let dir = temp_dir();
@@ -335,7 +353,16 @@ async fn setup(kafka: TestKafka, requests: u32, waves: u32) -> Setup {
                 body: "{not json".into(),
             });
         }
-        produce_events(&kafka.config, &events, &app).await;
+        if by_request {
+            for e in &mut app {
+                if let Some(request) = e.body.split('"').nth(3) {
+                    e.key = request.to_owned();
+                }
+            }
+            produce_events_with(&kafka.config, &events, &app, "murmur2_random").await;
+        } else {
+            produce_events(&kafka.config, &events, &app).await;
+        }
     }
     sidecar.stop();
     assert_eq!(sidecar.wait().await, 0);
@@ -458,6 +485,195 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     drop((single, pair, crash, crash_rows, pair_rows));
 }
 
+/// Sets `input.events-partitioning` in a config written by `joiner_config`.
+fn set_events_partitioning(config: &Path, mode: &str) {
+    let text: String = std::fs::read_to_string(config)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("events-partitioning"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let text = text.replace(
+        "events-format = \"json\"\n",
+        &format!("events-format = \"json\"\nevents-partitioning = \"{mode}\"\n"),
+    );
+    std::fs::write(config, text).unwrap();
+}
+
+/// Runs `featurelog join` until it exits on its own (a refused start); returns its exit code
+/// and what it printed.
+async fn refused(config: &Path) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+        .args(["join", "--config", config.to_str().unwrap()])
+        .env("FEATURELOG_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the joiner did not refuse {config:?} within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+/// Apps that key events by request id with Kafka's murmur2 partitioner, into as many partitions
+/// as the feature-log topic, need no repartitioning: with `input.events-partitioning =
+/// "by-request-id"` the join tasks read the events topic itself (no repartition topic is
+/// created), SIGKILL and restarts still give every row exactly once, an event in the wrong
+/// partition is dead-lettered with its reason and counted, and the joiner refuses an events
+/// topic with another partition count and a dataset written with the other setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn co_partitioned_events_join_directly_exactly_once_and_misplaced_ones_are_dead_lettered() {
+    let Some(kafka) = kafka(
+        "co_partitioned_events_join_directly_exactly_once_and_misplaced_ones_are_dead_lettered",
+    ) else {
+        return;
+    };
+    let mut s = setup_with(kafka, 8, 2, true).await;
+    // An impression of a scored candidate, in a partition its request id does not hash to.
+    let home = featurelog_joiner::run::murmur2_partition(b"req-1", 4);
+    let misplaced = app_event("req-1", "11001", 1_764_439_201_030, "impression");
+    let producer: FutureProducer = s.kafka.config.client_config(&[]).create().unwrap();
+    producer
+        .send(
+            FutureRecord::to(&s.events)
+                .partition((home + 1) % 4)
+                .key(&misplaced.key)
+                .payload(&misplaced.body),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+
+    let out = s.dir.path().join("direct");
+    let group = s.kafka.unique_group("direct");
+    let config = s.joiner_config("direct", &group, &out);
+    set_events_partitioning(&config, "by-request-id");
+    let metrics = free_addr();
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("127.0.0.1:0", &metrics.to_string());
+    std::fs::write(&config, text).unwrap();
+
+    let joiner = Joiner::start(&config);
+    wait_for_rows(&out, s.expected.len(), "co-partitioned").await;
+    let counted = "featurelog_join_dead_letters_total{name=\"not_co_partitioned\"} 1";
+    let scraped = featurelog_testkit::eventually(Duration::from_secs(30), || {
+        http_get(metrics, "/metrics").is_some_and(|m| m.contains(counted))
+    })
+    .await;
+    assert!(
+        scraped,
+        "{counted} not in {:?}",
+        http_get(metrics, "/metrics")
+    );
+    check_exact(&read_dataset(&out), &s.expected, "co-partitioned");
+    joiner.kill9();
+    let dead = s
+        .kafka
+        .read(&s.dead_letter, 2, Duration::from_secs(30))
+        .await;
+    let reasons: BTreeMap<Vec<u8>, String> = dead
+        .iter()
+        .map(|d| {
+            (
+                d.payload.clone(),
+                d.header("featurelog-error").unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons.get(misplaced.body.as_bytes()).map(String::as_str),
+        Some("not_co_partitioned"),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        featurelog_kafka::admin::partition_count(
+            &s.kafka.config,
+            &format!("{group}.impressions-by-request"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap(),
+        None,
+        "no repartition topic"
+    );
+
+    // More impressions (item 1 of every request), read by a joiner killed and restarted: the
+    // checkpoints' events offsets are the events topic's, so nothing is read twice or skipped.
+    let mut app = Vec::new();
+    for seed in 0..16u32 {
+        let id = format!("req-{seed}");
+        let item = (1001 + seed * 10_000).to_string();
+        let mut e = app_event(
+            &id,
+            &item,
+            1_764_439_200_000 + i64::from(seed) * 1000 + 40,
+            "impression",
+        );
+        e.key.clone_from(&id);
+        app.push(e);
+        s.expected.insert((id, item), 0);
+    }
+    produce_events_with(&s.kafka.config, &s.events, &app, "murmur2_random").await;
+    for wait_ms in [600u64, 1100, 300] {
+        let j = Joiner::start(&config);
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        j.kill9();
+    }
+    let joiner = Joiner::start(&config);
+    wait_for_rows(
+        &out,
+        s.expected.len(),
+        "co-partitioned, killed and restarted",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(
+        &read_dataset(&out),
+        &s.expected,
+        "co-partitioned, killed and restarted",
+    );
+    assert_eq!(joiner.terminate().code(), Some(0));
+
+    // The same dataset under the other setting: its events offsets would be another topic's.
+    set_events_partitioning(&config, "any");
+    let (code, stderr) = refused(&config).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("events-partitioning = \"by-request-id\""),
+        "{stderr}"
+    );
+
+    // An events topic with another partition count cannot be co-partitioned.
+    let three = s.kafka.unique_topic("join-events-3", 3).await;
+    let other = joiner_config(
+        s.dir.path(),
+        "three",
+        &s.kafka.config,
+        &s.kafka.unique_group("three"),
+        &s.features,
+        &three,
+        &s.dead_letter,
+        &s.dir.path().join("three"),
+    );
+    set_events_partitioning(&other, "by-request-id");
+    let (code, stderr) = refused(&other).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("it has 3"), "{stderr}");
+}
+
 /// `join.held-logs = "topic"` refuses a feature-log topic that may delete a held log before a
 /// restore reads it back, and says what to change; `featurelog_kafka::admin::topic_retention`
 /// reads what the broker says.
@@ -503,27 +719,8 @@ async fn held_logs_by_offset_are_refused_on_a_topic_with_short_retention() {
         &dir.path().join("out"),
     );
     set_held_logs(&config, "topic");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_featurelog"))
-        .args(["join", "--config", config.to_str().unwrap()])
-        .env("FEATURELOG_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the joiner started on a topic that may delete held logs");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    let (code, stderr) = refused(&config).await;
+    assert_eq!(code, Some(1), "{stderr}");
     // features-wait 1h + max-out-of-orderness 5s + 1 day.
     assert!(
         stderr.contains("retention.ms >= 90005000") && stderr.contains("retention.ms=3600000"),

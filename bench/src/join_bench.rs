@@ -50,6 +50,11 @@ struct Args {
     /// the broker's week), `topic` or `state-files` (copies into the state files).
     #[arg(long, default_value = "auto")]
     held_logs: String,
+    /// The joiner's `input.events-partitioning`: `any` (events keyed by item id into 3
+    /// partitions, routed through the repartition topic) or `by-request-id` (events keyed by
+    /// request id with murmur2 into the feature-log topic's 4 partitions, read directly).
+    #[arg(long, default_value = "any")]
+    events_partitioning: String,
     /// Kafka bootstrap servers.
     #[arg(long, env = "FEATURELOG_KAFKA", default_value = "")]
     kafka: String,
@@ -119,13 +124,18 @@ async fn produce(
         );
         for k in 0..args.impressions {
             let item = (i * 1000 + k * 3).to_string();
+            let event_key = if args.events_partitioning == "by-request-id" {
+                &id
+            } else {
+                &item
+            };
             let body = format!(
                 r#"{{"request_id":"{id}","item_id":"{item}","event_time":{},"event_type":"impression"}}"#,
                 now_s * 1000 + 100
             );
             pending.push(
                 producer
-                    .send_result(FutureRecord::to(events).key(&item).payload(&body))
+                    .send_result(FutureRecord::to(events).key(event_key).payload(&body))
                     .map_err(|(e, _)| e)?,
             );
             impressions += 1;
@@ -202,7 +212,19 @@ async fn main() -> anyhow::Result<()> {
         format!("bench-events-{run}"),
     );
     featurelog_kafka::admin::ensure_topic(&kafka, &features, 4, 1, Duration::from_secs(30)).await?;
-    featurelog_kafka::admin::ensure_topic(&kafka, &events, 3, 1, Duration::from_secs(30)).await?;
+    let event_partitions = if args.events_partitioning == "by-request-id" {
+        4
+    } else {
+        3
+    };
+    featurelog_kafka::admin::ensure_topic(
+        &kafka,
+        &events,
+        event_partitions,
+        1,
+        Duration::from_secs(30),
+    )
+    .await?;
     let impressions = produce(&args, &kafka, &features, &events)
         .await
         .context("producing")?;
@@ -218,10 +240,11 @@ async fn main() -> anyhow::Result<()> {
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let text = format!(
         "group = \"bench-join-{run}\"\n[kafka]\nbootstrap-servers = \"{}\"\n[input]\nfeatures-topic = \"{features}\"\n\
-         events-topic = \"{events}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"1h\"\n\
+         events-topic = \"{events}\"\nevents-partitioning = \"{}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"1h\"\n\
          impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n[output]\npath = \"{}\"\nflush-interval = \"{}\"\n\
          [metrics]\nlisten = \"{metrics_addr}\"\n",
         args.kafka,
+        args.events_partitioning,
         args.held_logs,
         dir.path().join("out").display(),
         args.flush_interval

@@ -87,6 +87,27 @@ pub struct InputConfig {
     /// Undecodable records go here, with the reason in the `featurelog-error` header.
     #[serde(default = "default_dead_letter")]
     pub dead_letter_topic: String,
+    /// How the apps partition the events topic (docs/JOINER.md, "Co-partitioned events").
+    #[serde(default)]
+    pub events_partitioning: EventsPartitioning,
+}
+
+/// How the apps partition the events topic, which decides whether the joiner must move every
+/// event to the partition of its request's feature logs first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventsPartitioning {
+    /// As the apps like: the router moves every event through the repartition topic
+    /// (`<group>.impressions-by-request`), inside Kafka transactions.
+    #[default]
+    Any,
+    /// Keyed by request id with Kafka's murmur2 partitioner (the Java client's default for
+    /// keyed records; librdkafka clients need `partitioner = "murmur2_random"`) into as many
+    /// partitions as the feature-log topic has: each event is already in the partition of its
+    /// request's feature logs, so join tasks read the events topic directly, with no router
+    /// and no repartition topic. Checked at start-up (partition counts) and for every event
+    /// (an event in another partition is dead-lettered as `not_co_partitioned`).
+    ByRequestId,
 }
 
 /// The join windows, in event time.
@@ -442,6 +463,34 @@ mod tests {
             "featurelog-joiner.impressions-by-request"
         );
         assert_eq!(c.join_config(1).features_wait_us, 1_800_000_000);
+        assert_eq!(c.input.events_partitioning, EventsPartitioning::Any);
+    }
+
+    #[test]
+    fn events_partitioning_comes_from_the_file_or_the_environment_and_nothing_else() {
+        let from_env = JoinerConfig::from_toml_with_env(
+            Path::new("join.toml"),
+            MINIMAL,
+            [(
+                "FEATURELOG_JOIN__INPUT__EVENTS_PARTITIONING".to_string(),
+                "by-request-id".to_string(),
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            from_env.input.events_partitioning,
+            EventsPartitioning::ByRequestId
+        );
+        let err = JoinerConfig::from_toml_with_env(
+            Path::new("join.toml"),
+            &MINIMAL.replace(
+                "events-topic = \"app.events\"",
+                "events-topic = \"app.events\"\nevents-partitioning = \"by-item\"",
+            ),
+            Vec::new(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("by-request-id"), "{err}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{EventFormat, HeldLogs, JoinerConfig};
+use crate::config::{EventFormat, EventsPartitioning, HeldLogs, JoinerConfig};
 use crate::event::{self, Event, EventKind};
 use crate::metrics::{JoinMetrics, Label};
 use crate::sink::{Checkpoint, Dataset, SinkError};
@@ -56,6 +56,34 @@ pub enum JoinError {
         expected: i32,
         /// The repartition topic's.
         found: i32,
+    },
+    /// `input.events-partitioning = "by-request-id"`, but the events topic cannot be
+    /// partitioned like the feature-log topic.
+    #[error(
+        "`input.events-partitioning = \"by-request-id\"` needs the events topic {events:?} to have as many partitions as the feature-log topic {features:?} ({expected}), but it has {found}: give the topics the same partition count (apps must key events by request id with the murmur2 partitioner), or set `input.events-partitioning = \"any\"` so that the joiner repartitions the events itself"
+    )]
+    NotCoPartitioned {
+        /// The events topic.
+        events: String,
+        /// The feature-log topic.
+        features: String,
+        /// Its partitions.
+        expected: i32,
+        /// The events topic's.
+        found: i32,
+    },
+    /// A task's checkpoint was written with the other `input.events-partitioning`: its events
+    /// offset belongs to another topic.
+    #[error(
+        "task {task}: the dataset's checkpoints were written with `input.events-partitioning = \"{written}\"`, this process runs with \"{configured}\": their events offsets are in different topics. Keep the setting the dataset was written with, or start a new dataset (another output.path and group)"
+    )]
+    PartitioningChanged {
+        /// The task.
+        task: String,
+        /// The setting the checkpoint was written with.
+        written: &'static str,
+        /// The configured one.
+        configured: &'static str,
     },
     /// The dataset failed.
     #[error(transparent)]
@@ -107,10 +135,26 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         featurelog_kafka::admin::partition_count(kafka, features, Duration::from_secs(30))
             .await?
             .ok_or_else(|| JoinError::NoTopic(features.clone()))?;
+    let events = &config.input.events_topic;
+    let event_sources =
+        featurelog_kafka::admin::partition_count(kafka, events, Duration::from_secs(30))
+            .await?
+            .ok_or_else(|| JoinError::NoTopic(events.clone()))?;
+    let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
+    if direct && event_sources != partitions {
+        return Err(JoinError::NotCoPartitioned {
+            events: events.clone(),
+            features: features.clone(),
+            expected: partitions,
+            found: event_sources,
+        });
+    }
     let repartition = config.repartition_topic();
     match featurelog_kafka::admin::partition_count(kafka, &repartition, Duration::from_secs(10))
         .await?
     {
+        // Co-partitioned events need no repartition topic.
+        _ if direct => {}
         Some(found) if found != partitions => {
             return Err(JoinError::Partitions {
                 topic: repartition,
@@ -148,13 +192,8 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         )
         .await?;
     }
-    let events = &config.input.events_topic;
-    let event_sources =
-        featurelog_kafka::admin::partition_count(kafka, events, Duration::from_secs(30))
-            .await?
-            .ok_or_else(|| JoinError::NoTopic(events.clone()))?;
     let held_in_topic = held_logs_in_topic(&config).await?;
-    tracing::info!(%features, partitions, %events, event_sources, %repartition, held_in_topic, "joiner starting");
+    tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, "joiner starting");
 
     let metrics = Arc::new(JoinMetrics::new());
     let listen = config.metrics.listen;
@@ -174,16 +213,23 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
     ));
 
     let stop = shutdown.child_token();
-    let router = tokio::spawn(router(
-        config.clone(),
-        partitions,
-        metrics.clone(),
-        stop.clone(),
-    ));
+    let router = (!direct).then(|| {
+        tokio::spawn(router(
+            config.clone(),
+            partitions,
+            metrics.clone(),
+            stop.clone(),
+        ))
+    });
     let joined = join(
         config.clone(),
         partitions,
-        u32::try_from(event_sources).unwrap_or(0),
+        // A task reading its events partition directly has that one source of event time.
+        if direct {
+            1
+        } else {
+            u32::try_from(event_sources).unwrap_or(0)
+        },
         held_in_topic,
         metrics.clone(),
         stop.clone(),
@@ -192,7 +238,10 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
     ready.store(false, std::sync::atomic::Ordering::SeqCst);
     // Whatever ended first, the other stops too.
     stop.cancel();
-    let routed = router.await.unwrap_or(Ok(()));
+    let routed = match router {
+        Some(router) => router.await.unwrap_or(Ok(())),
+        None => Ok(()),
+    };
     joined.and(routed)
 }
 
@@ -808,8 +857,14 @@ struct Task {
     name: String,
     /// When the task last read a feature log (for the features' idle watermark).
     last_features: std::time::Instant,
+    /// When the task last read an event of its events-topic partition (co-partitioned events
+    /// only: otherwise the router decides when an events partition is idle).
+    last_events: std::time::Instant,
+    /// Events of its events-topic partition that belong to another partition.
+    misplaced: u64,
     state: JoinState,
-    /// The next offset to take from the features (0) and events (1) partitions.
+    /// The next offset to take from the features (0) and events (1) partitions; the events
+    /// partition is the repartition topic's, or the events topic's when co-partitioned.
     next: [i64; 2],
     epoch: u64,
     rows: Vec<Row>,
@@ -821,6 +876,23 @@ struct Task {
     last_state_files: Vec<u64>,
 }
 
+/// The checkpoint key of a task's events offset. The two settings of
+/// `input.events-partitioning` read different topics, so they use different keys: a checkpoint
+/// of one is never taken for the other.
+fn events_key(partitioning: EventsPartitioning) -> &'static str {
+    match partitioning {
+        EventsPartitioning::Any => "events",
+        EventsPartitioning::ByRequestId => "events-topic",
+    }
+}
+
+fn partitioning_name(partitioning: EventsPartitioning) -> &'static str {
+    match partitioning {
+        EventsPartitioning::Any => "any",
+        EventsPartitioning::ByRequestId => "by-request-id",
+    }
+}
+
 fn recover(
     dataset: &Dataset,
     partition: i32,
@@ -830,8 +902,20 @@ fn recover(
     let topic = &config.input.features_topic;
     let name = &format!("{topic}-{partition}");
     let checkpoint = dataset.recover(name)?;
+    let partitioning = config.input.events_partitioning;
     let (state, next, epoch) = match checkpoint {
         Some(cp) => {
+            let other = match partitioning {
+                EventsPartitioning::Any => EventsPartitioning::ByRequestId,
+                EventsPartitioning::ByRequestId => EventsPartitioning::Any,
+            };
+            if cp.offsets.contains_key(events_key(other)) {
+                return Err(JoinError::PartitioningChanged {
+                    task: name.to_owned(),
+                    written: partitioning_name(other),
+                    configured: partitioning_name(partitioning),
+                });
+            }
             let state = match &cp.state {
                 Some(path) => {
                     let bytes = dataset.read_state(path)?;
@@ -872,7 +956,11 @@ fn recover(
                 None => JoinState::new(config.join_config(event_sources)),
             };
             let at = |k: &str| cp.offsets.get(k).copied().unwrap_or(0);
-            (state, [at("features"), at("events")], cp.epoch)
+            (
+                state,
+                [at("features"), at(events_key(partitioning))],
+                cp.epoch,
+            )
         }
         None => (JoinState::new(config.join_config(event_sources)), [0, 0], 0),
     };
@@ -888,6 +976,8 @@ fn recover(
         last_state_files: state.segments().into_iter().chain([epoch]).collect(),
         name: name.to_owned(),
         last_features: std::time::Instant::now(),
+        last_events: std::time::Instant::now(),
+        misplaced: 0,
         state,
         next,
         epoch,
@@ -899,7 +989,12 @@ fn recover(
 
 /// Commits a task: its rows, its state and its offsets, in one checkpoint. Returns false when
 /// another owner committed first (the task must be dropped).
-fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bool, JoinError> {
+fn flush(
+    dataset: &Dataset,
+    task: &mut Task,
+    partitioning: EventsPartitioning,
+    metrics: &JoinMetrics,
+) -> Result<bool, JoinError> {
     if !task.dirty {
         return Ok(true);
     }
@@ -917,7 +1012,7 @@ fn flush(dataset: &Dataset, task: &mut Task, metrics: &JoinMetrics) -> Result<bo
         epoch,
         offsets: [
             ("features".to_string(), task.next[0]),
-            ("events".to_string(), task.next[1]),
+            (events_key(partitioning).to_string(), task.next[1]),
         ]
         .into(),
         watermark_us: task.state.watermark_us(),
@@ -966,7 +1061,15 @@ async fn join(
 ) -> Result<(), JoinError> {
     let kafka = &config.kafka;
     let features_topic = config.input.features_topic.clone();
-    let repartition = config.repartition_topic();
+    let partitioning = config.input.events_partitioning;
+    let direct = partitioning == EventsPartitioning::ByRequestId;
+    // Where a task's events come from: the router's repartition topic, or the events topic
+    // itself when it is co-partitioned with the feature logs.
+    let events_input = if direct {
+        config.input.events_topic.clone()
+    } else {
+        config.repartition_topic()
+    };
     let consumer: StreamConsumer<Revocations> = kafka
         .client_config(&[
             ("group.id", &config.group),
@@ -979,7 +1082,7 @@ async fn join(
         .create_with_context(Revocations::default())
         .map_err(client("creating the join consumer"))?;
     consumer
-        .subscribe(&[&features_topic, &repartition])
+        .subscribe(&[&features_topic, &events_input])
         .map_err(client("subscribing to the join inputs"))?;
     let dead_letters: BaseProducer = kafka
         .client_config(&[("enable.idempotence", "true")])
@@ -1018,17 +1121,36 @@ async fn join(
             _ = shutdown.cancelled() => {
                 drop_revoked(&mut tasks);
                 for task in tasks.values_mut() {
-                    tokio::task::block_in_place(|| flush(&dataset, task, &metrics))?;
+                    tokio::task::block_in_place(|| flush(&dataset, task, partitioning, &metrics))?;
                 }
-                commit_monitoring(&consumer, &tasks, &features_topic, &repartition);
+                commit_monitoring(&consumer, &tasks, &features_topic, &events_input);
                 tracing::info!("join stage stopped after a final commit");
                 return Ok(());
             }
             _ = tick.tick() => {
                 drop_revoked(&mut tasks);
+                if direct {
+                    // No router reports progress to every partition here: a task whose two
+                    // partitions stay empty must still exist, or its watermark would hold
+                    // every hour incomplete.
+                    for p in assigned_partitions(&consumer, &features_topic) {
+                        if let std::collections::hash_map::Entry::Vacant(e) = tasks.entry(p) {
+                            e.insert(tokio::task::block_in_place(|| recover(&dataset, p, &config, event_sources))?);
+                        }
+                    }
+                }
                 let idle = config.join.idle_timeout;
                 let ooo = i64::try_from(config.join.max_out_of_orderness.as_micros()).unwrap_or(i64::MAX);
                 for (p, task) in tasks.iter_mut() {
+                    // What the router does for an events partition it reads (router_progress).
+                    if direct && task.last_events.elapsed() >= idle && read_to_end(&consumer, &events_input, *p, task.next[1]) {
+                        let before = task.state.watermark_us();
+                        let rows = task.state.source_progress(*p, wall_clock_us());
+                        if !rows.is_empty() || task.state.watermark_us() != before {
+                            task.dirty = true;
+                            task.rows.extend(rows);
+                        }
+                    }
                     // Only a partition read to its end is quiet; one that is behind is not.
                     if task.last_features.elapsed() >= idle && read_to_end(&consumer, &features_topic, *p, task.next[0]) {
                         let before = task.state.watermark_us();
@@ -1041,14 +1163,14 @@ async fn join(
                 }
                 let mut fenced = Vec::new();
                 for (p, task) in tasks.iter_mut() {
-                    if !tokio::task::block_in_place(|| flush(&dataset, task, &metrics))? {
+                    if !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, &metrics))? {
                         fenced.push(*p);
                     }
                 }
                 for p in fenced {
                     tasks.remove(&p);
                 }
-                commit_monitoring(&consumer, &tasks, &features_topic, &repartition);
+                commit_monitoring(&consumer, &tasks, &features_topic, &events_input);
                 let (mut bytes, mut requests, mut low) = (0usize, 0usize, i64::MAX);
                 for task in tasks.values_mut() {
                     task.reported = metrics.report(&task.reported, &task.state.counts);
@@ -1106,6 +1228,38 @@ async fn join(
                             task.state.advance()
                         }
                     }
+                } else if direct {
+                    task.last_events = std::time::Instant::now();
+                    let decoded = match config.input.events_format {
+                        EventFormat::Protobuf => event::from_protobuf(payload),
+                        EventFormat::Json => event::from_json(payload, &config.input.json_fields),
+                    };
+                    match decoded {
+                        Ok(e) if murmur2_partition(e.request_id.as_bytes(), partitions) == p => {
+                            let time_us = e.time_us;
+                            let mut rows = task.state.add_event(e);
+                            // After the event: progress up to its time must not make it late.
+                            rows.extend(task.state.source_progress(p, time_us));
+                            rows
+                        }
+                        Ok(e) => {
+                            if task.misplaced == 0 {
+                                tracing::error!(
+                                    task = %task.name,
+                                    request_id = %e.request_id,
+                                    expected_partition = murmur2_partition(e.request_id.as_bytes(), partitions),
+                                    "an event is not in the partition of its request's feature logs, so it cannot join here: it goes to the dead-letter topic as not_co_partitioned. Apps must key events by request id with the murmur2 partitioner (librdkafka clients: partitioner = murmur2_random), or set input.events-partitioning = \"any\""
+                                );
+                            }
+                            task.misplaced += 1;
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "not_co_partitioned", &metrics);
+                            task.state.advance()
+                        }
+                        Err(err) => {
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason(), &metrics);
+                            task.state.advance()
+                        }
+                    }
                 } else if message.key().is_none() && has_header(&message, EVENTS_HEADER) {
                     match RoutedEvents::decode(payload) {
                         Ok(batch) => {
@@ -1153,6 +1307,19 @@ async fn join(
     }
 }
 
+/// The partitions of `topic` assigned to this member.
+fn assigned_partitions<C: ConsumerContext>(consumer: &StreamConsumer<C>, topic: &str) -> Vec<i32> {
+    consumer.assignment().map_or_else(
+        |_| Vec::new(),
+        |a| {
+            a.elements_for_topic(topic)
+                .iter()
+                .map(|e| e.partition())
+                .collect()
+        },
+    )
+}
+
 fn has_header(message: &rdkafka::message::BorrowedMessage<'_>, key: &str) -> bool {
     use rdkafka::message::Headers;
     message
@@ -1166,14 +1333,14 @@ fn commit_monitoring(
     consumer: &StreamConsumer<Revocations>,
     tasks: &HashMap<i32, Task>,
     features_topic: &str,
-    repartition: &str,
+    events_input: &str,
 ) {
     let mut tpl = TopicPartitionList::new();
     for (p, task) in tasks {
         if task.dirty {
             continue;
         }
-        for (topic, next) in [(features_topic, task.next[0]), (repartition, task.next[1])] {
+        for (topic, next) in [(features_topic, task.next[0]), (events_input, task.next[1])] {
             if next > 0 {
                 let _ = tpl.add_partition_offset(topic, *p, Offset::Offset(next));
             }

@@ -248,7 +248,8 @@ impl JoinState {
 
     /// Records that the router has moved every event of events-topic partition `source` up to
     /// event time `up_to_us` into this task's input (or that the partition is caught up and
-    /// quiet, with `up_to_us` the router's clock). The events' side of the watermark is the
+    /// quiet, with `up_to_us` the router's clock); with co-partitioned events, that the task
+    /// itself has read its events partition that far. The events' side of the watermark is the
     /// lowest of all partitions' progress: a router that reads one partition ahead of another,
     /// as after a restart with a backlog, must not close windows that the slower partition's
     /// events still fall into. Returns the rows that completes.

@@ -40,12 +40,22 @@ pub struct Received {
     pub partition: i32,
     /// Its offset in the partition.
     pub offset: i64,
+    /// Its headers, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 impl Received {
     /// The key as text.
     pub fn key_str(&self) -> String {
         String::from_utf8_lossy(self.key.as_deref().unwrap_or_default()).into_owned()
+    }
+
+    /// The value of the first header named `key`, as text.
+    pub fn header(&self, key: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
     }
 }
 
@@ -129,6 +139,7 @@ impl TestKafka {
     /// When fewer arrive in time.
     pub async fn read(&self, topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
         use rdkafka::Message as _;
+        use rdkafka::message::Headers as _;
         let consumer = self.consumer(topic);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut out = Vec::with_capacity(count);
@@ -147,6 +158,11 @@ impl TestKafka {
                 payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                 partition: message.partition(),
                 offset: message.offset(),
+                headers: message.headers().map_or_else(Vec::new, |h| {
+                    h.iter()
+                        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                        .collect()
+                }),
             });
         }
         out
