@@ -529,7 +529,8 @@ async fn refused(config: &Path) -> (Option<i32>, String) {
 /// Apps that key events by request id with Kafka's murmur2 partitioner, into as many partitions
 /// as the feature-log topic, need no repartitioning: with `input.events-partitioning =
 /// "by-request-id"` the join tasks read the events topic itself (no repartition topic is
-/// created), SIGKILL and restarts still give every row exactly once, an event in the wrong
+/// created), SIGKILL and restarts and two processes in one group still give every row exactly
+/// once, an event in the wrong
 /// partition is dead-lettered with its reason and counted, and the joiner refuses an events
 /// topic with another partition count and a dataset written with the other setting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -627,6 +628,17 @@ async fn co_partitioned_events_join_directly_exactly_once_and_misplaced_ones_are
         s.expected.insert((id, item), 0);
     }
     produce_events_with(&s.kafka.config, &s.events, &app, "murmur2_random").await;
+    // Meanwhile two processes in a fresh group split the same inputs into another dataset.
+    let pair_out = s.dir.path().join("direct-pair");
+    let pair_group = s.kafka.unique_group("direct-pair");
+    let pair: Vec<Joiner> = ["pair-a", "pair-b"]
+        .into_iter()
+        .map(|name| {
+            let c = s.joiner_config(name, &pair_group, &pair_out);
+            set_events_partitioning(&c, "by-request-id");
+            Joiner::start(&c)
+        })
+        .collect();
     for wait_ms in [600u64, 1100, 300] {
         let j = Joiner::start(&config);
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
@@ -646,6 +658,18 @@ async fn co_partitioned_events_join_directly_exactly_once_and_misplaced_ones_are
         "co-partitioned, killed and restarted",
     );
     assert_eq!(joiner.terminate().code(), Some(0));
+    wait_for_rows(
+        &pair_out,
+        s.expected.len(),
+        "co-partitioned, two in one group",
+    )
+    .await;
+    check_exact(
+        &read_dataset(&pair_out),
+        &s.expected,
+        "co-partitioned, two in one group",
+    );
+    drop(pair);
 
     // The same dataset under the other setting: its events offsets would be another topic's.
     set_events_partitioning(&config, "any");
