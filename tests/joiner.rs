@@ -112,6 +112,34 @@ fn set_held_logs(config: &Path, mode: &str) {
     std::fs::write(config, text).unwrap();
 }
 
+/// Sets `output.checkpoints-kept` in a config written by `joiner_config`.
+fn keep_checkpoints(config: &Path, kept: u32) {
+    let text = std::fs::read_to_string(config).unwrap().replace(
+        "flush-interval = \"300ms\"\n",
+        &format!("flush-interval = \"300ms\"\ncheckpoints-kept = {kept}\n"),
+    );
+    std::fs::write(config, text).unwrap();
+}
+
+/// The checkpoint epochs of each task of a local dataset, in order.
+fn checkpoints_per_task(root: &Path) -> BTreeMap<String, Vec<u64>> {
+    std::fs::read_dir(root.join("_featurelog").join("checkpoints"))
+        .unwrap()
+        .map(|task| {
+            let task = task.unwrap();
+            let mut epochs: Vec<u64> = std::fs::read_dir(task.path())
+                .unwrap()
+                .filter_map(|f| {
+                    let name = f.unwrap().file_name().to_string_lossy().into_owned();
+                    name.strip_suffix(".json")?.parse().ok()
+                })
+                .collect();
+            epochs.sort_unstable();
+            (task.file_name().to_string_lossy().into_owned(), epochs)
+        })
+        .collect()
+}
+
 /// Whether any state file of a local dataset holds `needle`.
 fn state_files_hold(root: &Path, needle: &[u8]) -> bool {
     let mut dirs = vec![root.join("_featurelog").join("state")];
@@ -437,7 +465,7 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     let Some(kafka) = kafka("sigkill_restarts_and_two_processes_give_the_same_rows_as_one") else {
         return;
     };
-    let s = setup(kafka, 8, 5).await;
+    let mut s = setup(kafka, 8, 5).await;
     let (single_out, crash_out, pair_out) = (
         s.dir.path().join("single"),
         s.dir.path().join("crash"),
@@ -450,17 +478,27 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     set_held_logs(&single_config, "state-files");
     let single = Joiner::start(&single_config);
     let pair_group = s.kafka.unique_group("pair");
-    let pair = [
-        Joiner::start(&s.joiner_config("pair-a", &pair_group, &pair_out)),
-        Joiner::start(&s.joiner_config("pair-b", &pair_group, &pair_out)),
-    ];
+    let (pair_config_a, pair_config_b) = (
+        s.joiner_config("pair-a", &pair_group, &pair_out),
+        s.joiner_config("pair-b", &pair_group, &pair_out),
+    );
     let crash_config = s.joiner_config("crash", &s.kafka.unique_group("crash"), &crash_out);
-    // Kill -9 at different moments of the run, restarting each time.
+    // The restarted run and the pair keep only two checkpoints per task, so that pruning runs
+    // through every kill and rebalance (the fence must hold with the old epochs gone).
+    for config in [&crash_config, &pair_config_a, &pair_config_b] {
+        keep_checkpoints(config, 2);
+    }
+    let pair = [Joiner::start(&pair_config_a), Joiner::start(&pair_config_b)];
+    // Kill -9 at different moments of the run, restarting each time, while new impressions
+    // keep arriving. Static membership gives each restart its partitions back at once, so the
+    // kills land while it reads and commits.
+    let trickle = trickle_impressions(&mut s, 40, Duration::from_millis(120));
     for wait_ms in [700u64, 1300, 400, 2100, 900] {
         let j = Joiner::start(&crash_config);
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         j.kill9();
     }
+    trickle.await.unwrap();
     let crash = Joiner::start(&crash_config);
 
     let single_rows = wait_for_rows(&single_out, s.expected.len(), "single").await;
@@ -482,7 +520,46 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     // their offsets.
     assert!(state_files_hold(&single_out, b"user_locale"));
     assert!(!state_files_hold(&crash_out, b"user_locale"));
+    // Pruned to the newest two per task, consecutive: the restarts committed more than that.
+    for out in [&crash_out, &pair_out] {
+        let kept = checkpoints_per_task(out);
+        assert!(
+            kept.values()
+                .all(|e| e.len() <= 2 && e.windows(2).all(|w| w[1] == w[0] + 1)),
+            "{out:?}: {kept:?}"
+        );
+    }
+    let pruned = checkpoints_per_task(&crash_out);
+    assert!(
+        pruned.values().any(|e| e.first().is_some_and(|&e| e > 1)),
+        "no task pruned: {pruned:?}"
+    );
     drop((single, pair, crash, crash_rows, pair_rows));
+}
+
+/// Impressions of item 1 of each of `requests` requests (seeds 0..requests of `setup`), sent
+/// one at a time every `every` in the background, so that a joiner killed and restarted
+/// meanwhile is killed while it reads and commits. Adds their rows to `expected`.
+fn trickle_impressions(
+    s: &mut Setup,
+    requests: u32,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let mut app = Vec::new();
+    for seed in 0..requests {
+        let id = format!("req-{seed}");
+        let item = (1001 + seed * 10_000).to_string();
+        let t = 1_764_439_200_000 + i64::from(seed) * 1000 + 50;
+        app.push(app_event(&id, &item, t, "impression"));
+        s.expected.insert((id, item), 0);
+    }
+    let (kafka, topic) = (s.kafka.config.clone(), s.events.clone());
+    tokio::spawn(async move {
+        for e in app {
+            produce_events(&kafka, &topic, std::slice::from_ref(&e)).await;
+            tokio::time::sleep(every).await;
+        }
+    })
 }
 
 /// Sets `input.events-partitioning` in a config written by `joiner_config`.
@@ -1025,17 +1102,19 @@ async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
     let (Some(kafka), Some(s3)) = (kafka(name), s3(name)) else {
         return;
     };
-    let s = setup(kafka, 8, 5).await;
+    let mut s = setup(kafka, 8, 5).await;
     let prefix = s3.unique_prefix("crash");
     let config = s3_joiner_config(&s, &s3, "s3-crash", &prefix);
     // Restores read the held logs from state files here (the local crash test reads them
     // back from the topic).
     set_held_logs(&config, "state-files");
+    let trickle = trickle_impressions(&mut s, 40, Duration::from_millis(130));
     for wait_ms in [900u64, 1500, 600, 2300, 1100] {
         let j = Joiner::start_with_env(&config, &s3.aws_env());
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         j.kill9();
     }
+    trickle.await.unwrap();
     let joiner = Joiner::start_with_env(&config, &s3.aws_env());
     wait_until_rows(s.expected.len(), "killed and restarted on S3", || {
         read_s3_dataset(&s3, &prefix)

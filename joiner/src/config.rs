@@ -178,6 +178,11 @@ pub struct OutputConfig {
     /// files past it. Default: one file per hour per flush.
     #[serde(default)]
     pub max_file_rows: Option<usize>,
+    /// Checkpoints kept per task (the newest ones; at least 2). Older ones are deleted after
+    /// commits; a process stalled for longer than this many commits of the task's new owner
+    /// finds its checkpoint gone and drops the task (docs/JOINER.md, "Checkpoint retention").
+    #[serde(default = "default_checkpoints_kept")]
+    pub checkpoints_kept: u64,
     /// zstd level of the Parquet pages.
     #[serde(default = "default_zstd_level")]
     pub zstd_level: i32,
@@ -306,6 +311,9 @@ fn default_flush_interval() -> Duration {
 fn default_row_group_rows() -> usize {
     64 * 1024
 }
+fn default_checkpoints_kept() -> u64 {
+    crate::sink::DEFAULT_CHECKPOINTS_KEPT
+}
 fn default_zstd_level() -> i32 {
     3
 }
@@ -372,6 +380,11 @@ impl JoinerConfig {
             OutputLocation::S3 { bucket, .. } => {
                 config.output.build_s3(&bucket).map_err(err)?;
             }
+        }
+        if config.output.checkpoints_kept < 2 {
+            return Err(err(
+                "output.checkpoints-kept must be at least 2: a restore may still be reading the one before the newest".into(),
+            ));
         }
         if config.output.max_file_rows == Some(0) {
             return Err(err("output.max-file-rows must be at least 1".into()));
@@ -537,6 +550,7 @@ mod tests {
                 "path = \"data\"\n[output.object-store]\nregion = \"x\"",
                 "only to an s3://",
             ),
+            ("path = \"data\"\ncheckpoints-kept = 1", "at least 2"),
         ] {
             let err = JoinerConfig::from_toml_with_env(
                 Path::new("join.toml"),

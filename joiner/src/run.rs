@@ -85,6 +85,16 @@ pub enum JoinError {
         /// The configured one.
         configured: &'static str,
     },
+    /// A consumer hit an error librdkafka cannot recover from.
+    #[error(
+        "{what}: fatal Kafka error: {reason}. If it says the instance id was fenced, another live process of this group runs with the same `instance`: give each process its own"
+    )]
+    Fatal {
+        /// Which consumer.
+        what: &'static str,
+        /// librdkafka's reason.
+        reason: String,
+    },
     /// The dataset failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
@@ -193,6 +203,19 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         .await?;
     }
     let held_in_topic = held_logs_in_topic(&config).await?;
+    let dataset = Dataset::from_config(&config.output)?;
+    tokio::task::block_in_place(|| dataset.check())?;
+    // Before any group is joined: a dataset written with the other events-partitioning is
+    // refused here, not only when one of its tasks is assigned, which a static member keeping
+    // its assignment of the other setting's topics might never be.
+    tokio::task::block_in_place(|| {
+        for p in 0..partitions {
+            if let Some(cp) = dataset.latest_checkpoint(&format!("{features}-{p}"))? {
+                same_partitioning(&cp, config.input.events_partitioning)?;
+            }
+        }
+        Ok::<_, JoinError>(())
+    })?;
     tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, "joiner starting");
 
     let metrics = Arc::new(JoinMetrics::new());
@@ -223,6 +246,7 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
     });
     let joined = join(
         config.clone(),
+        dataset,
         partitions,
         // A task reading its events partition directly has that one source of event time.
         if direct {
@@ -678,9 +702,12 @@ async fn router(
 ) -> Result<(), JoinError> {
     let kafka: &KafkaConfig = &config.kafka;
     let group = format!("{}.router", config.group);
+    let instance = static_member_id(&config.instance_name(), &[&config.input.events_topic]);
     let consumer: StreamConsumer = kafka
         .client_config(&[
             ("group.id", &group),
+            // Static membership: see the join consumer.
+            ("group.instance.id", &instance),
             ("enable.auto.commit", "false"),
             ("auto.offset.reset", "earliest"),
             ("isolation.level", "read_committed"),
@@ -750,6 +777,9 @@ async fn router(
                 let message = match message {
                     Ok(m) => m,
                     Err(err) => {
+                        if let Some((_, reason)) = consumer.client().fatal_error() {
+                            return Err(JoinError::Fatal { what: "router consumer", reason });
+                        }
                         tracing::warn!(%err, "router consumer");
                         continue;
                     }
@@ -893,6 +923,49 @@ fn partitioning_name(partitioning: EventsPartitioning) -> &'static str {
     }
 }
 
+/// The `group.instance.id` of a consumer of `topics` for this process: its `instance`, made of
+/// the characters Kafka accepts, and a hash of the topics. A static member that rejoins is
+/// given its previous assignment without a rebalance, even when it now subscribes to other
+/// topics (the classic group protocol only compares assignors); with the topics in the id, a
+/// process whose configuration changed what it reads joins as a new member instead of
+/// inheriting partitions it no longer reads.
+fn static_member_id(instance: &str, topics: &[&str]) -> String {
+    let mut hash: u32 = 0x811c_9dc5;
+    for topic in topics {
+        for b in topic.bytes().chain([0]) {
+            hash = (hash ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+    }
+    let name: String = instance
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    format!("{name}-{hash:08x}")
+}
+
+/// Refuses a checkpoint written with the other `input.events-partitioning`.
+fn same_partitioning(cp: &Checkpoint, partitioning: EventsPartitioning) -> Result<(), JoinError> {
+    let other = match partitioning {
+        EventsPartitioning::Any => EventsPartitioning::ByRequestId,
+        EventsPartitioning::ByRequestId => EventsPartitioning::Any,
+    };
+    if cp.offsets.contains_key(events_key(other)) {
+        return Err(JoinError::PartitioningChanged {
+            task: cp.task.clone(),
+            written: partitioning_name(other),
+            configured: partitioning_name(partitioning),
+        });
+    }
+    Ok(())
+}
+
 fn recover(
     dataset: &Dataset,
     partition: i32,
@@ -905,17 +978,7 @@ fn recover(
     let partitioning = config.input.events_partitioning;
     let (state, next, epoch) = match checkpoint {
         Some(cp) => {
-            let other = match partitioning {
-                EventsPartitioning::Any => EventsPartitioning::ByRequestId,
-                EventsPartitioning::ByRequestId => EventsPartitioning::Any,
-            };
-            if cp.offsets.contains_key(events_key(other)) {
-                return Err(JoinError::PartitioningChanged {
-                    task: name.to_owned(),
-                    written: partitioning_name(other),
-                    configured: partitioning_name(partitioning),
-                });
-            }
+            same_partitioning(&cp, partitioning)?;
             let state = match &cp.state {
                 Some(path) => {
                     let bytes = dataset.read_state(path)?;
@@ -1039,6 +1102,10 @@ fn flush(
     if let Err(err) = dataset.prune_state(&task.name, &keep, epoch) {
         tracing::warn!(task = %task.name, %err, "old state files not deleted");
     }
+    // Likewise old checkpoints: the next commit retries from the first one not deleted.
+    if let Err(err) = dataset.prune_checkpoints(&task.name, epoch) {
+        tracing::warn!(task = %task.name, %err, "old checkpoints not deleted");
+    }
     task.last_state_files = snapshot.segments.into_iter().chain([epoch]).collect();
     metrics.commits.inc();
     metrics.rows_written.inc_by(task.rows.len() as u64);
@@ -1053,6 +1120,7 @@ fn flush(
 /// The join stage: one task per partition of the feature-log topic and the repartition topic.
 async fn join(
     config: Arc<JoinerConfig>,
+    dataset: Dataset,
     partitions: i32,
     event_sources: u32,
     held_in_topic: bool,
@@ -1070,9 +1138,15 @@ async fn join(
     } else {
         config.repartition_topic()
     };
+    let instance = static_member_id(&config.instance_name(), &[&features_topic, &events_input]);
     let consumer: StreamConsumer<Revocations> = kafka
         .client_config(&[
             ("group.id", &config.group),
+            // Static membership: a process restarted with the same `instance` (after a crash,
+            // a deploy) takes its partitions back at once, without a rebalance that would move
+            // every task and make each new owner restore its state; a process gone for good
+            // loses them after session.timeout.ms.
+            ("group.instance.id", &instance),
             // Same-numbered partitions of the two topics go to the same member.
             ("partition.assignment.strategy", "range"),
             ("enable.auto.commit", "false"),
@@ -1088,8 +1162,6 @@ async fn join(
         .client_config(&[("enable.idempotence", "true")])
         .create()
         .map_err(client("creating the dead-letter producer"))?;
-    let dataset = Dataset::from_config(&config.output)?;
-    tokio::task::block_in_place(|| dataset.check())?;
     let mut tasks: HashMap<i32, Task> = HashMap::new();
     let all_tasks: Vec<String> = (0..partitions)
         .map(|p| format!("{features_topic}-{p}"))
@@ -1196,6 +1268,9 @@ async fn join(
                 let message = match message {
                     Ok(m) => m,
                     Err(err) => {
+                        if let Some((_, reason)) = consumer.client().fatal_error() {
+                            return Err(JoinError::Fatal { what: "join consumer", reason });
+                        }
                         tracing::warn!(%err, "join consumer");
                         continue;
                     }
@@ -1388,6 +1463,21 @@ mod tests {
             "{refused}"
         );
         assert!(choose(HeldLogs::Topic, unknown()).is_err());
+    }
+
+    #[test]
+    fn static_member_ids_are_legal_and_change_with_the_topics_read() {
+        let a = static_member_id("joiner-0", &["f", "r"]);
+        assert!(a.starts_with("joiner-0-"), "{a}");
+        assert_eq!(a, static_member_id("joiner-0", &["f", "r"]));
+        assert_ne!(a, static_member_id("joiner-0", &["f", "e"]));
+        assert_ne!(a, static_member_id("joiner-0", &["fr"]));
+        let odd = static_member_id("pod 3/ü", &["f"]);
+        assert!(
+            odd.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+            "{odd}"
+        );
     }
 
     #[test]

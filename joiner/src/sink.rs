@@ -76,7 +76,9 @@ pub enum SinkError {
         message: String,
     },
     /// Another process committed this epoch of the task first: this one no longer owns it.
-    #[error("task {task:?}: epoch {epoch} was already committed by another owner")]
+    #[error(
+        "task {task:?}: epoch {epoch} was already committed by another owner (or the epoch before it was pruned by one)"
+    )]
     Fenced {
         /// The task.
         task: String,
@@ -162,7 +164,18 @@ pub struct SinkOptions {
     /// At most this many rows per file: a flush's rows of one hour are split into several
     /// files past it. `None`: one file per hour per flush.
     pub max_file_rows: Option<usize>,
+    /// Checkpoints kept per task, the newest ones (at least 2); older ones are deleted after
+    /// commits (docs/JOINER.md, "Checkpoint retention").
+    pub checkpoints_kept: u64,
 }
+
+/// Default of [`SinkOptions::checkpoints_kept`]: about 2.8 hours of 10 s flushes.
+pub const DEFAULT_CHECKPOINTS_KEPT: u64 = 1000;
+
+/// Old checkpoints deleted at most per [`Dataset::prune_checkpoints`] call, so that a dataset
+/// written before checkpoints were pruned sheds its backlog a little at every commit instead of
+/// holding up one commit for as long as deleting all of it would take.
+const PRUNE_PER_CALL: u64 = 100;
 
 impl Default for SinkOptions {
     fn default() -> Self {
@@ -170,6 +183,7 @@ impl Default for SinkOptions {
             row_group_rows: 64 * 1024,
             zstd_level: 3,
             max_file_rows: None,
+            checkpoints_kept: DEFAULT_CHECKPOINTS_KEPT,
         }
     }
 }
@@ -184,13 +198,15 @@ pub struct Dataset {
     /// [`Dataset::mark_complete`] does not list or check them again. Without it, every flush
     /// checked every hour the dataset ever had (a HEAD per hour on object storage).
     complete: Arc<std::sync::Mutex<Complete>>,
+    /// Per task, the oldest checkpoint epoch that may still exist, for pruning in order.
+    oldest: Arc<std::sync::Mutex<HashMap<String, u64>>>,
 }
 
 #[derive(Debug, Default)]
 struct Complete {
     /// Per task, the newest checkpoint epoch seen and its watermark: the next look starts
     /// there and probes the following epochs (commits number them consecutively), instead of
-    /// listing every checkpoint the task ever wrote (they are kept: they fence zombies).
+    /// listing the task's checkpoints.
     watermarks: HashMap<String, (u64, i64)>,
     /// `dt=.../hr=...` with a marker, in days not yet complete as a whole.
     hours: HashSet<String>,
@@ -635,6 +651,7 @@ impl Dataset {
             root,
             options,
             complete: Arc::default(),
+            oldest: Arc::default(),
         })
     }
 
@@ -670,6 +687,7 @@ impl Dataset {
             root,
             options,
             complete: Arc::default(),
+            oldest: Arc::default(),
         })
     }
 
@@ -679,6 +697,7 @@ impl Dataset {
             row_group_rows: output.row_group_rows,
             zstd_level: output.zstd_level,
             max_file_rows: output.max_file_rows,
+            checkpoints_kept: output.checkpoints_kept,
         };
         let unsupported = |problem: String| SinkError::Unsupported {
             url: output.path.display().to_string(),
@@ -746,7 +765,13 @@ impl Dataset {
             epoch += 1;
         }
         if epoch == seen {
-            return Ok(Some(watermark));
+            if self.storage.exists(&self.checkpoint_name(task, seen))? {
+                return Ok(Some(watermark));
+            }
+            // Pruned: the task moved on by more than the checkpoints kept since this process
+            // last looked, so the epochs after it are gone too. Find the newest again.
+            known.watermarks.remove(task);
+            return self.checkpoint_watermark(known, task);
         }
         let cp = self.read_checkpoint(&self.checkpoint_name(task, epoch))?;
         known
@@ -818,20 +843,61 @@ impl Dataset {
 
     /// The newest checkpoint of a task, read only (no roll forward, no clean-up).
     pub fn latest_checkpoint(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
-        let dir = self.checkpoint_dir(task);
-        let (_, files) = self.storage.children(&dir)?;
-        let newest = files
-            .iter()
-            .filter_map(|name| {
-                name.strip_suffix(".json")
-                    .and_then(|e| e.parse::<u64>().ok())
-                    .map(|epoch| (epoch, name))
-            })
-            .max_by_key(|(epoch, _)| *epoch);
-        let Some((_, name)) = newest else {
+        let epochs = self.checkpoint_epochs(task)?;
+        let (Some(&oldest), Some(&newest)) = (epochs.first(), epochs.last()) else {
             return Ok(None);
         };
-        self.read_checkpoint(&format!("{dir}/{name}")).map(Some)
+        if let Ok(mut known) = self.oldest.lock() {
+            known.insert(task.to_owned(), oldest);
+        }
+        self.read_checkpoint(&self.checkpoint_name(task, newest))
+            .map(Some)
+    }
+
+    /// The epochs of a task's checkpoints, in order (one listing).
+    fn checkpoint_epochs(&self, task: &str) -> Result<Vec<u64>, SinkError> {
+        let (_, files) = self.storage.children(&self.checkpoint_dir(task))?;
+        let mut epochs: Vec<u64> = files
+            .iter()
+            .filter_map(|name| name.strip_suffix(".json")?.parse().ok())
+            .collect();
+        epochs.sort_unstable();
+        Ok(epochs)
+    }
+
+    /// Deletes a task's checkpoints older than the newest `checkpoints-kept` after the commit
+    /// of `newest`, oldest first and stopping at the first failure, so that whenever an epoch
+    /// is missing every epoch before it is missing too: a zombie whose checkpoint was pruned
+    /// then finds no predecessor at its next commit ([`Dataset::commit`]) instead of a free
+    /// epoch. Deletes at most a hundred per call. Returns how many it deleted.
+    pub fn prune_checkpoints(&self, task: &str, newest: u64) -> Result<u64, SinkError> {
+        let keep = self.options.checkpoints_kept.max(2);
+        // Epochs below `below` go; `newest - keep + 1 ..= newest` stay.
+        let below = (newest + 1).saturating_sub(keep);
+        let known = self.oldest.lock().ok().and_then(|m| m.get(task).copied());
+        let from = match known {
+            Some(epoch) => epoch,
+            None => self
+                .checkpoint_epochs(task)?
+                .first()
+                .copied()
+                .unwrap_or(below),
+        };
+        let to = below.min(from.saturating_add(PRUNE_PER_CALL));
+        let mut epoch = from;
+        let result = loop {
+            if epoch >= to {
+                break Ok(epoch - from);
+            }
+            if let Err(e) = self.storage.remove(&self.checkpoint_name(task, epoch)) {
+                break Err(e);
+            }
+            epoch += 1;
+        };
+        if let Ok(mut oldest) = self.oldest.lock() {
+            oldest.insert(task.to_owned(), epoch.max(from));
+        }
+        result
     }
 
     /// Marks complete every hour that ended at least `lag_us` before the dataset watermark,
@@ -952,9 +1018,20 @@ impl Dataset {
     }
 
     /// The commit point: creates the checkpoint of `checkpoint.epoch`, or fails with
-    /// [`SinkError::Fenced`] if that epoch exists.
+    /// [`SinkError::Fenced`] if that epoch exists or if the one before it does not (pruned
+    /// after another owner moved far ahead: see [`Dataset::prune_checkpoints`]).
     pub fn commit(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
         let relative = self.checkpoint_name(&checkpoint.task, checkpoint.epoch);
+        if checkpoint.epoch > 1
+            && !self
+                .storage
+                .exists(&self.checkpoint_name(&checkpoint.task, checkpoint.epoch - 1))?
+        {
+            return Err(SinkError::Fenced {
+                task: checkpoint.task.clone(),
+                epoch: checkpoint.epoch,
+            });
+        }
         let json = serde_json::to_vec_pretty(checkpoint).map_err(|e| SinkError::Encode {
             path: self.storage.describe(&relative),
             message: e.to_string(),
@@ -1361,6 +1438,99 @@ mod tests {
         assert!(again.mark_complete(&tasks, 0).unwrap().is_empty());
     }
 
+    fn checkpoint_epochs_on_disk(ds: &Dataset, task: &str) -> Vec<u64> {
+        ds.checkpoint_epochs(task).unwrap()
+    }
+
+    #[test]
+    fn old_checkpoints_are_pruned_oldest_first_and_a_zombie_behind_them_is_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SinkOptions {
+            checkpoints_kept: 3,
+            ..SinkOptions::default()
+        };
+        let local = Dataset::open(dir.path(), options.clone()).unwrap();
+        let (_, mut remote) = in_memory();
+        remote.options = options.clone();
+        for ds in [local, remote] {
+            // A process that owned the task at epoch 2, then stalled.
+            ds.commit(&checkpoint("t-0", 1, vec![])).unwrap();
+            ds.commit(&checkpoint("t-0", 2, vec![])).unwrap();
+            // The new owner moves on, pruning after each commit.
+            for epoch in 3..=10 {
+                ds.commit(&checkpoint("t-0", epoch, vec![])).unwrap();
+                ds.prune_checkpoints("t-0", epoch).unwrap();
+            }
+            assert_eq!(checkpoint_epochs_on_disk(&ds, "t-0"), [8, 9, 10]);
+            // The zombie's next epoch is free, but its predecessor is gone: fenced, not
+            // committed over the new owner's history.
+            let err = ds.commit(&checkpoint("t-0", 3, vec![])).unwrap_err();
+            assert!(matches!(err, SinkError::Fenced { epoch: 3, .. }), "{err}");
+            assert_eq!(checkpoint_epochs_on_disk(&ds, "t-0"), [8, 9, 10]);
+            // The owner goes on; a restart recovers the newest.
+            ds.commit(&checkpoint("t-0", 11, vec![])).unwrap();
+            assert_eq!(ds.recover("t-0").unwrap().map(|c| c.epoch), Some(11));
+        }
+    }
+
+    #[test]
+    fn a_backlog_of_old_checkpoints_is_shed_a_hundred_per_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        // Written by a joiner that kept every checkpoint.
+        let old = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        for epoch in 1..=250 {
+            old.commit(&checkpoint("t-0", epoch, vec![])).unwrap();
+        }
+        let ds = Dataset::open(
+            dir.path(),
+            SinkOptions {
+                checkpoints_kept: 3,
+                ..SinkOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(ds.recover("t-0").unwrap().map(|c| c.epoch), Some(250));
+        let mut left = Vec::new();
+        for epoch in 251..=254 {
+            ds.commit(&checkpoint("t-0", epoch, vec![])).unwrap();
+            ds.prune_checkpoints("t-0", epoch).unwrap();
+            left.push(checkpoint_epochs_on_disk(&ds, "t-0").len());
+        }
+        // 251 checkpoints less 100, then 152 less 100, then only the newest three.
+        assert_eq!(left, [151, 52, 3, 3]);
+    }
+
+    #[test]
+    fn completeness_finds_the_newest_checkpoint_after_the_one_it_knew_was_pruned() {
+        const HOUR: i64 = 3_600_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let options = SinkOptions {
+            checkpoints_kept: 2,
+            ..SinkOptions::default()
+        };
+        let owner = Dataset::open(dir.path(), options.clone()).unwrap();
+        let observer = Dataset::open(dir.path(), options).unwrap();
+        let tasks = vec!["t-0".to_string()];
+        let staged = owner.stage("t-0", 1, &rows(0)).unwrap();
+        let cp = checkpoint("t-0", 1, staged.files);
+        owner.commit(&cp).unwrap();
+        owner.roll_forward(&cp).unwrap();
+        // The observer sees epoch 1, whose watermark completes nothing.
+        assert!(observer.mark_complete(&tasks, 0).unwrap().is_empty());
+        for epoch in 2..=6 {
+            let mut cp = checkpoint("t-0", epoch, vec![]);
+            cp.watermark_us = 3 * HOUR;
+            owner.commit(&cp).unwrap();
+            owner.prune_checkpoints("t-0", epoch).unwrap();
+        }
+        assert_eq!(checkpoint_epochs_on_disk(&owner, "t-0"), [5, 6]);
+        // Epochs 1 and 2 are gone: the observer looks again and finds epoch 6's watermark.
+        assert_eq!(
+            observer.mark_complete(&tasks, 0).unwrap(),
+            ["dt=1970-01-01/hr=00", "dt=1970-01-01/hr=01"]
+        );
+    }
+
     #[test]
     fn hours_are_marked_complete_by_the_slowest_task_and_late_rows_go_aside() {
         let dir = tempfile::tempdir().unwrap();
@@ -1400,7 +1570,9 @@ mod tests {
     fn a_second_owner_cannot_commit_the_same_epoch() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        ds.commit(&checkpoint("t-0", 3, vec![])).unwrap();
+        for epoch in 1..=3 {
+            ds.commit(&checkpoint("t-0", epoch, vec![])).unwrap();
+        }
         let err = ds.commit(&checkpoint("t-0", 3, vec![])).unwrap_err();
         assert!(matches!(err, SinkError::Fenced { epoch: 3, .. }), "{err}");
     }
