@@ -1,6 +1,8 @@
 //! What the joiner costs, against baselines run in the same command:
-//! 1. CPU per input record: consuming the FeatureLog and event topics without joining, against
-//!    `featurelog join` (router + join + Parquet + checkpoints) on the same records.
+//! 1. CPU per input record: consuming the FeatureLog and event topics without joining (reading
+//!    only, the baseline of the target; and reading and decoding, for the cost of joining
+//!    proper), against `featurelog join` (router + join + Parquet + checkpoints) on the same
+//!    records.
 //! 2. Memory per buffered request: the join state's estimate and the process's resident memory
 //!    growth while holding feature logs that wait for impressions.
 //! 3. The Parquet stage (`Dataset::stage`: rows to Arrow, zstd Parquet, fsync) against writing
@@ -152,15 +154,21 @@ async fn produce(
     Ok(impressions)
 }
 
-/// Reads both topics to the end, decoding nothing: the floor any consumer pays.
+/// Reads both topics to the end, decoding nothing (the floor any consumer pays), or with
+/// `decode`, decoding every record as a plain consumer of them would (prost for the feature
+/// logs, serde_json for the events) and joining nothing.
 async fn consume_only(
     kafka: &KafkaConfig,
     topics: &[&str],
     expected: usize,
+    decode: bool,
 ) -> anyhow::Result<f64> {
     let consumer: StreamConsumer = kafka
         .client_config(&[
-            ("group.id", &format!("bench-consume-{}", std::process::id())),
+            (
+                "group.id",
+                &format!("bench-consume-{decode}-{}", std::process::id()),
+            ),
             ("auto.offset.reset", "earliest"),
             ("enable.auto.commit", "false"),
         ])
@@ -170,7 +178,17 @@ async fn consume_only(
     let mut bytes = 0usize;
     for _ in 0..expected {
         let m = tokio::time::timeout(Duration::from_secs(60), consumer.recv()).await??;
-        bytes += m.payload().map_or(0, <[u8]>::len);
+        let payload = m.payload().unwrap_or_default();
+        bytes += payload.len();
+        if decode {
+            if m.topic() == topics[0] {
+                bytes += FeatureLog::decode(payload)?.candidate_ids.len();
+            } else {
+                bytes += serde_json::from_slice::<serde_json::Value>(payload)?
+                    .as_object()
+                    .map_or(0, serde_json::Map::len);
+            }
+        }
     }
     let cpu = cpu_seconds() - cpu0;
     std::hint::black_box(bytes);
@@ -235,7 +253,8 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // 1. Consume-only baseline, then the joiner, on the same records.
-    let consume_cpu = consume_only(&kafka, &[&features, &events], records).await?;
+    let consume_cpu = consume_only(&kafka, &[&features, &events], records, false).await?;
+    let decode_cpu = consume_only(&kafka, &[&features, &events], records, true).await?;
     let dir = tempfile::tempdir()?;
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let text = format!(
@@ -282,13 +301,18 @@ async fn main() -> anyhow::Result<()> {
         records as f64 / consume_cpu
     );
     println!(
+        "| consume and decode (prost, serde_json) | {decode_cpu:.2} | {:.0} | - |",
+        records as f64 / decode_cpu
+    );
+    println!(
         "| featurelog join | {join_cpu:.2} | {:.0} | {:.0} |",
         records as f64 / join_cpu,
         impressions as f64 / join_cpu
     );
     println!(
-        "joiner throughput per core / consume-only: {:.3} (target >= 0.5); wall {join_wall:.1} s (includes waiting for flushes)",
-        consume_cpu / join_cpu
+        "joiner throughput per core / consume-only: {:.3} (target >= 0.5); / consume-and-decode: {:.3}; wall {join_wall:.1} s (includes waiting for flushes)",
+        consume_cpu / join_cpu,
+        decode_cpu / join_cpu
     );
     let by = |g: usize| groups[g] - groups0[g];
     println!(
