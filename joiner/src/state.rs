@@ -554,11 +554,12 @@ impl JoinState {
             return;
         }
 
-        while let Some((due, r, i)) = self.pending_due.first().cloned() {
-            if due > wm {
+        // Peek before cloning: this runs after every input, and almost always finds nothing due.
+        while let Some((due, r, i)) = self.pending_due.first() {
+            if *due > wm {
                 break;
             }
-            let key = (r, i);
+            let key = (r.clone(), i.clone());
             let (impressed, matched) = match self.pending.get(&key) {
                 Some(p) => (p.impression_us, p.matched.is_some()),
                 None => {
@@ -579,11 +580,13 @@ impl JoinState {
             }
         }
 
-        while let Some((expires_at, request_id)) = self.feature_expiry.first().cloned() {
-            if expires_at > wm {
+        while let Some((expires_at, _)) = self.feature_expiry.first() {
+            if *expires_at > wm {
                 break;
             }
-            self.feature_expiry.pop_first();
+            let Some((_, request_id)) = self.feature_expiry.pop_first() else {
+                break;
+            };
             let Some(f) = self.features.remove(&request_id) else {
                 continue;
             };
