@@ -426,6 +426,9 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     let out = s.dir.path().join("dataset");
     let group = s.kafka.unique_group("joiner");
     let config = s.joiner_config("j1", &group, &out);
+    // The other tests run static members (the default); this one a dynamic member.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("static-membership = false\n{text}")).unwrap();
     let joiner = Joiner::start(&config);
     let d = wait_for_rows(&out, s.expected.len(), "single joiner").await;
     check_exact(&d, &s.expected, "single joiner");

@@ -39,6 +39,12 @@ pub struct JoinerConfig {
     /// This process's name (transactional id suffix); defaults to `$HOSTNAME`, else the pid.
     #[serde(default)]
     pub instance: Option<String>,
+    /// Join the consumer groups as static members named after `instance`: a process restarted
+    /// with the same instance takes its tasks back without a rebalance, but one that stops
+    /// for good (or comes back under another name, like a Deployment's pod) leaves its tasks
+    /// unowned until `session.timeout.ms`. Set false where instance names change on restart.
+    #[serde(default = "default_static_membership")]
+    pub static_membership: bool,
     /// Where Kafka is.
     pub kafka: KafkaConfig,
     /// The input topics.
@@ -281,6 +287,9 @@ impl OutputConfig {
 fn default_group() -> String {
     "featurelog-joiner".into()
 }
+fn default_static_membership() -> bool {
+    true
+}
 fn default_features_topic() -> String {
     "featurelog.feature-log.v1".into()
 }
@@ -477,6 +486,7 @@ mod tests {
         );
         assert_eq!(c.join_config(1).features_wait_us, 1_800_000_000);
         assert_eq!(c.input.events_partitioning, EventsPartitioning::Any);
+        assert!(c.static_membership);
     }
 
     #[test]

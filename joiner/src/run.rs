@@ -703,15 +703,18 @@ async fn router(
     let kafka: &KafkaConfig = &config.kafka;
     let group = format!("{}.router", config.group);
     let instance = static_member_id(&config.instance_name(), &[&config.input.events_topic]);
+    let mut settings = vec![
+        ("group.id", group.as_str()),
+        ("enable.auto.commit", "false"),
+        ("auto.offset.reset", "earliest"),
+        ("isolation.level", "read_committed"),
+    ];
+    if config.static_membership {
+        // See the join consumer.
+        settings.push(("group.instance.id", &instance));
+    }
     let consumer: StreamConsumer = kafka
-        .client_config(&[
-            ("group.id", &group),
-            // Static membership: see the join consumer.
-            ("group.instance.id", &instance),
-            ("enable.auto.commit", "false"),
-            ("auto.offset.reset", "earliest"),
-            ("isolation.level", "read_committed"),
-        ])
+        .client_config(&settings)
         .create()
         .map_err(client("creating the router consumer"))?;
     consumer
@@ -1139,20 +1142,23 @@ async fn join(
         config.repartition_topic()
     };
     let instance = static_member_id(&config.instance_name(), &[&features_topic, &events_input]);
+    let mut settings = vec![
+        ("group.id", config.group.as_str()),
+        // Same-numbered partitions of the two topics go to the same member.
+        ("partition.assignment.strategy", "range"),
+        ("enable.auto.commit", "false"),
+        ("auto.offset.reset", "earliest"),
+        ("isolation.level", "read_committed"),
+    ];
+    if config.static_membership {
+        // A process restarted with the same `instance` (after a crash, a deploy) takes its
+        // partitions back at once, without a rebalance that would move every task and make
+        // each new owner restore its state; a process gone for good loses them after
+        // session.timeout.ms (static members do not leave the group when they close).
+        settings.push(("group.instance.id", &instance));
+    }
     let consumer: StreamConsumer<Revocations> = kafka
-        .client_config(&[
-            ("group.id", &config.group),
-            // Static membership: a process restarted with the same `instance` (after a crash,
-            // a deploy) takes its partitions back at once, without a rebalance that would move
-            // every task and make each new owner restore its state; a process gone for good
-            // loses them after session.timeout.ms.
-            ("group.instance.id", &instance),
-            // Same-numbered partitions of the two topics go to the same member.
-            ("partition.assignment.strategy", "range"),
-            ("enable.auto.commit", "false"),
-            ("auto.offset.reset", "earliest"),
-            ("isolation.level", "read_committed"),
-        ])
+        .client_config(&settings)
         .create_with_context(Revocations::default())
         .map_err(client("creating the join consumer"))?;
     consumer
