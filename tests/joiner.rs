@@ -1111,6 +1111,8 @@ async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
     // Restores read the held logs from state files here (the local crash test reads them
     // back from the topic).
     set_held_logs(&config, "state-files");
+    // Pruning on the store, through every kill, with only two checkpoints kept per task.
+    keep_checkpoints(&config, 2);
     let trickle = trickle_impressions(&mut s, 40, Duration::from_millis(130));
     for wait_ms in [900u64, 1500, 600, 2300, 1100] {
         let j = Joiner::start_with_env(&config, &s3.aws_env());
@@ -1129,6 +1131,28 @@ async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
         &read_s3_dataset(&s3, &prefix).await,
         &s.expected,
         "killed and restarted on S3",
+    );
+    let mut epochs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (key, _) in s3.objects(&prefix).await {
+        let Some(rest) = key.strip_prefix("_featurelog/checkpoints/") else {
+            continue;
+        };
+        if let Some((task, file)) = rest.split_once('/') {
+            if let Some(epoch) = file.strip_suffix(".json").and_then(|e| e.parse().ok()) {
+                epochs.entry(task.to_owned()).or_default().push(epoch);
+            }
+        }
+    }
+    assert!(
+        epochs.values_mut().all(|e| {
+            e.sort_unstable();
+            e.len() <= 2 && e.windows(2).all(|w| w[1] == w[0] + 1)
+        }),
+        "{epochs:?}"
+    );
+    assert!(
+        epochs.values().any(|e| e.first().is_some_and(|&e| e > 1)),
+        "no task pruned: {epochs:?}"
     );
     drop(joiner);
 }
