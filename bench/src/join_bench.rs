@@ -64,6 +64,37 @@ struct Args {
     /// that the measurement starts from a fresh process's resident memory).
     #[arg(long, hide = true)]
     memory_probe: bool,
+    /// Only time `ServedLog::decode` on `--requests` records in memory (7 rounds), against
+    /// copying them: the join's per-record decoding cost without Kafka.
+    #[arg(long)]
+    decode_probe: bool,
+}
+
+fn decode_probe(args: &Args) -> anyhow::Result<()> {
+    let logs: Vec<Vec<u8>> = (0..args.requests)
+        .map(|i| feature_log(args, i, 1_764_439_200).encode_to_vec())
+        .collect();
+    let n = logs.len().max(1) as f64;
+    for round in 1..=7 {
+        let started = Instant::now();
+        for l in &logs {
+            std::hint::black_box(l.clone());
+        }
+        let copy = started.elapsed().as_nanos() as f64 / n;
+        let mut layouts = Layouts::default();
+        let started = Instant::now();
+        let mut ids = 0;
+        for l in &logs {
+            ids += ServedLog::decode(l.clone(), &mut layouts)?.candidate_count();
+        }
+        let decode = started.elapsed().as_nanos() as f64 / n;
+        anyhow::ensure!(ids == logs.len() * args.candidates, "decoded {ids} ids");
+        println!(
+            "decode probe round {round}: copy + decode {decode:.0} ns per record, copy alone {copy:.0} ns: decoding {:.0} ns",
+            decode - copy
+        );
+    }
+    Ok(())
 }
 
 fn cpu_seconds() -> f64 {
@@ -216,6 +247,9 @@ async fn scrape(addr: std::net::SocketAddr) -> Option<String> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.decode_probe {
+        return decode_probe(&args);
+    }
     if args.memory_probe {
         return memory_probe(&args);
     }

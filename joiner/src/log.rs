@@ -93,10 +93,11 @@ impl ColumnRef<'_> {
 
     fn is(&self, c: &Column) -> bool {
         self.side == c.side
-            && self.name == c.name
             && self.datatype == c.datatype
-            && self.row_shape == c.row_shape
             && self.per_request == c.per_request
+            && self.name == c.name
+            // Nearly always two empty shapes: decided without a call to memcmp.
+            && (self.row_shape.is_empty() && c.row_shape.is_empty() || self.row_shape == c.row_shape)
     }
 }
 
@@ -127,10 +128,27 @@ pub struct Layouts {
     /// many, so its id list is allocated once at that size instead of grown by doubling
     /// (which also left up to half of it unused, counted against the memory bound).
     last_candidates: usize,
+    /// The layout of the last log decoded.
+    last: Option<Arc<Layout>>,
 }
 
 impl Layouts {
     fn intern(&mut self, columns: &[ColumnRef<'_>]) -> Arc<Layout> {
+        // Consecutive logs of a partition are mostly of one model: try its layout first,
+        // before hashing every column name.
+        if let Some(last) = &self.last {
+            if last.columns.len() == columns.len()
+                && last.columns.iter().zip(columns).all(|(a, b)| b.is(a))
+            {
+                return last.clone();
+            }
+        }
+        let layout = self.intern_hashed(columns);
+        self.last = Some(layout.clone());
+        layout
+    }
+
+    fn intern_hashed(&mut self, columns: &[ColumnRef<'_>]) -> Arc<Layout> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for c in columns {
             c.hash_into(&mut h);
@@ -252,19 +270,54 @@ impl From<FeatureLog> for ServedLog {
     }
 }
 
-fn varint(buf: &[u8], at: &mut usize) -> Result<u64, MalformedLog> {
+/// What is wrong with the wire format, as a small value: the walk over every field of every
+/// record returns it by value, and a `String` in that `Result` made each step copy a large
+/// value through memory (perf showed store-forwarding stalls there). Turned into a
+/// [`MalformedLog`] only when a record is refused.
+#[derive(Debug, Clone, Copy)]
+enum WireError {
+    TruncatedVarint,
+    LongVarint,
+    FieldZero,
+    LengthOverflows,
+    WireType { number: u64, wire: u8 },
+    Truncated { number: u64 },
+}
+
+impl From<WireError> for MalformedLog {
+    fn from(e: WireError) -> Self {
+        MalformedLog(match e {
+            WireError::TruncatedVarint => "truncated varint".into(),
+            WireError::LongVarint => "varint longer than 10 bytes".into(),
+            WireError::FieldZero => "field number 0".into(),
+            WireError::LengthOverflows => "length overflows".into(),
+            WireError::WireType { number, wire } => format!("field {number}: wire type {wire}"),
+            WireError::Truncated { number } => format!("field {number}: truncated"),
+        })
+    }
+}
+
+#[inline]
+fn varint(buf: &[u8], at: &mut usize) -> Result<u64, WireError> {
+    // Most varints of a log (keys, lengths of ids and names) are one byte.
+    match buf.get(*at) {
+        Some(&b) if b < 0x80 => {
+            *at += 1;
+            return Ok(u64::from(b));
+        }
+        None => return Err(WireError::TruncatedVarint),
+        Some(_) => {}
+    }
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
-        let b = *buf
-            .get(*at)
-            .ok_or_else(|| MalformedLog("truncated varint".into()))?;
+        let b = *buf.get(*at).ok_or(WireError::TruncatedVarint)?;
         *at += 1;
         value |= u64::from(b & 0x7f) << shift;
         if b & 0x80 == 0 {
             return Ok(value);
         }
     }
-    Err(MalformedLog("varint longer than 10 bytes".into()))
+    Err(WireError::LongVarint)
 }
 
 /// One field of a message: its number, wire type, where it starts (its key) and its payload
@@ -278,56 +331,86 @@ struct Field {
 }
 
 /// Walks the fields of the message in `buf[from..to]`.
-fn fields(buf: &[u8], from: usize, to: usize) -> impl Iterator<Item = Result<Field, MalformedLog>> {
-    let mut at = from;
-    std::iter::from_fn(move || {
-        if at >= to {
+fn fields(buf: &[u8], from: usize, to: usize) -> Fields<'_> {
+    Fields { buf, at: from, to }
+}
+
+/// The iterator of [`fields`]: a plain struct whose steps inline into the caller's loop (a
+/// closure-based walk was a call per field that returned its result through memory).
+struct Fields<'a> {
+    buf: &'a [u8],
+    at: usize,
+    to: usize,
+}
+
+impl Iterator for Fields<'_> {
+    type Item = Result<Field, WireError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.to {
             return None;
         }
-        let start = at;
-        let field = (|| {
-            let key = varint(buf, &mut at)?;
-            let wire = (key & 7) as u8;
-            let number = key >> 3;
-            if number == 0 {
-                return Err(MalformedLog("field number 0".into()));
-            }
-            let mut payload_start = at;
-            let mut value = 0;
-            match wire {
-                0 => value = varint(buf, &mut at)?,
-                1 => at += 8,
-                5 => at += 4,
-                2 => {
-                    let len = varint(buf, &mut at)?;
-                    payload_start = at;
-                    at = usize::try_from(len)
-                        .ok()
-                        .and_then(|l| at.checked_add(l))
-                        .ok_or_else(|| MalformedLog("length overflows".into()))?;
-                }
-                w => return Err(MalformedLog(format!("field {number}: wire type {w}"))),
-            }
-            if at > to {
-                return Err(MalformedLog(format!("field {number}: truncated")));
-            }
-            Ok(Field {
-                number,
-                wire,
-                start,
-                payload: (payload_start, at),
-                value,
-            })
-        })();
+        let field = self.step();
         if field.is_err() {
-            at = to;
+            self.at = self.to;
         }
         Some(field)
-    })
+    }
+}
+
+impl Fields<'_> {
+    #[inline(always)]
+    fn step(&mut self) -> Result<Field, WireError> {
+        let (buf, to) = (self.buf, self.to);
+        let start = self.at;
+        let key = varint(buf, &mut self.at)?;
+        let wire = (key & 7) as u8;
+        let number = key >> 3;
+        if number == 0 {
+            return Err(WireError::FieldZero);
+        }
+        let mut payload_start = self.at;
+        let mut value = 0;
+        match wire {
+            0 => value = varint(buf, &mut self.at)?,
+            1 => self.at += 8,
+            5 => self.at += 4,
+            2 => {
+                let len = varint(buf, &mut self.at)?;
+                payload_start = self.at;
+                self.at = usize::try_from(len)
+                    .ok()
+                    .and_then(|l| self.at.checked_add(l))
+                    .ok_or(WireError::LengthOverflows)?;
+            }
+            wire => return Err(WireError::WireType { number, wire }),
+        }
+        if self.at > to {
+            return Err(WireError::Truncated { number });
+        }
+        Ok(Field {
+            number,
+            wire,
+            start,
+            payload: (payload_start, self.at),
+            value,
+        })
+    }
 }
 
 fn utf8(raw: &[u8], (s, e): (usize, usize)) -> Result<&str, MalformedLog> {
     std::str::from_utf8(&raw[s..e]).map_err(|_| MalformedLog("a string is not UTF-8".into()))
+}
+
+/// Checks that `raw[s..e]` is UTF-8 without making a `&str` of it: candidate ids are nearly
+/// always ASCII, checked inline instead of with a call per id.
+#[inline]
+fn check_utf8(raw: &[u8], (s, e): (usize, usize)) -> Result<(), MalformedLog> {
+    if raw[s..e].is_ascii() {
+        return Ok(());
+    }
+    utf8(raw, (s, e)).map(|_| ())
 }
 
 /// Reads a Feature submessage: its metadata borrowed from `raw`, and where its values are.
@@ -428,7 +511,7 @@ impl ServedLog {
             let field = field?;
             match (field.number, field.wire) {
                 (8, 2) => {
-                    utf8(&raw, field.payload)?;
+                    check_utf8(&raw, field.payload)?;
                     let (s, e) = field.payload;
                     ids.push((s as u32, (e - s) as u32));
                 }
