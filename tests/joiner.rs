@@ -103,6 +103,26 @@ fn joiner_config(
     path
 }
 
+/// Moves the `/metrics` endpoint of a config written by `joiner_config` from port 0 to a free
+/// port, and returns its address.
+fn serve_metrics_on_a_known_port(config: &Path) -> std::net::SocketAddr {
+    let metrics = free_addr();
+    let text = std::fs::read_to_string(config)
+        .unwrap()
+        .replace("127.0.0.1:0", &metrics.to_string());
+    std::fs::write(config, text).unwrap();
+    metrics
+}
+
+/// Waits up to 30 s for `/metrics` at `addr` to show `line`.
+async fn expect_metric(addr: std::net::SocketAddr, line: &str) {
+    let shown = featurelog_testkit::eventually(Duration::from_secs(30), || {
+        http_get(addr, "/metrics").is_some_and(|m| m.contains(line))
+    })
+    .await;
+    assert!(shown, "{line} not in {:?}", http_get(addr, "/metrics"));
+}
+
 /// Sets `join.held-logs` in a config written by `joiner_config`.
 fn set_held_logs(config: &Path, mode: &str) {
     let text = std::fs::read_to_string(config).unwrap().replace(
@@ -641,24 +661,15 @@ async fn co_partitioned_events_join_directly_exactly_once_and_misplaced_ones_are
     let group = s.kafka.unique_group("direct");
     let config = s.joiner_config("direct", &group, &out);
     set_events_partitioning(&config, "by-request-id");
-    let metrics = free_addr();
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("127.0.0.1:0", &metrics.to_string());
-    std::fs::write(&config, text).unwrap();
+    let metrics = serve_metrics_on_a_known_port(&config);
 
     let joiner = Joiner::start(&config);
     wait_for_rows(&out, s.expected.len(), "co-partitioned").await;
-    let counted = "featurelog_join_dead_letters_total{name=\"not_co_partitioned\"} 1";
-    let scraped = featurelog_testkit::eventually(Duration::from_secs(30), || {
-        http_get(metrics, "/metrics").is_some_and(|m| m.contains(counted))
-    })
+    expect_metric(
+        metrics,
+        "featurelog_join_dead_letters_total{name=\"not_co_partitioned\"} 1",
+    )
     .await;
-    assert!(
-        scraped,
-        "{counted} not in {:?}",
-        http_get(metrics, "/metrics")
-    );
     check_exact(&read_dataset(&out), &s.expected, "co-partitioned");
     joiner.kill9();
     let dead = s
@@ -847,11 +858,7 @@ async fn held_logs_the_topic_deleted_are_counted_lost_and_the_others_still_join(
     let out = s.dir.path().join("lost");
     let config = s.joiner_config("lost", &s.kafka.unique_group("lost"), &out);
     set_held_logs(&config, "topic");
-    let metrics = free_addr();
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("127.0.0.1:0", &metrics.to_string());
-    std::fs::write(&config, text).unwrap();
+    let metrics = serve_metrics_on_a_known_port(&config);
 
     // Every row joined and committed; the checkpoints hold the logs (features wait an hour).
     let joiner = Joiner::start(&config);
@@ -901,16 +908,11 @@ async fn held_logs_the_topic_deleted_are_counted_lost_and_the_others_still_join(
     produce_events(&s.kafka.config, &s.events, &app).await;
     let joiner = Joiner::start(&config);
     wait_for_rows(&out, expected.len(), "after the restart").await;
-    let counted = format!("featurelog_join_outcomes_total{{name=\"lost_on_restore\"}} {lost}");
-    let scraped = featurelog_testkit::eventually(Duration::from_secs(30), || {
-        http_get(metrics, "/metrics").is_some_and(|m| m.contains(&counted))
-    })
+    expect_metric(
+        metrics,
+        &format!("featurelog_join_outcomes_total{{name=\"lost_on_restore\"}} {lost}"),
+    )
     .await;
-    assert!(
-        scraped,
-        "{counted} not in {:?}",
-        http_get(metrics, "/metrics")
-    );
     // Let a stray row surface before comparing.
     tokio::time::sleep(Duration::from_secs(2)).await;
     check_exact(&read_dataset(&out), &expected, "after losing held logs");

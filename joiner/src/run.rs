@@ -488,6 +488,11 @@ const BATCH_BYTES: usize = 256 * 1024;
 /// `murmur2_random` for non-empty keys): the partition of the feature logs of a request id.
 /// The router must compute it itself to put the events of several requests in one record.
 pub fn murmur2_partition(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions.max(1) as u32) as i32
+}
+
+/// Kafka's murmur2 hash (`Utils.murmur2` of the Java client).
+fn murmur2(key: &[u8]) -> u32 {
     const M: u32 = 0x5bd1_e995;
     let mut h: u32 = 0x9747_b28c ^ key.len() as u32;
     let mut chunks = key.chunks_exact(4);
@@ -509,7 +514,7 @@ pub fn murmur2_partition(key: &[u8], partitions: i32) -> i32 {
     h ^= h >> 13;
     h = h.wrapping_mul(M);
     h ^= h >> 15;
-    ((h & 0x7fff_ffff) % partitions.max(1) as u32) as i32
+    h
 }
 
 /// The events routed to each partition in the open transaction and not yet sent.
@@ -933,12 +938,9 @@ fn partitioning_name(partitioning: EventsPartitioning) -> &'static str {
 /// process whose configuration changed what it reads joins as a new member instead of
 /// inheriting partitions it no longer reads.
 fn static_member_id(instance: &str, topics: &[&str]) -> String {
-    let mut hash: u32 = 0x811c_9dc5;
-    for topic in topics {
-        for b in topic.bytes().chain([0]) {
-            hash = (hash ^ u32::from(b)).wrapping_mul(0x0100_0193);
-        }
-    }
+    // Stable across builds (a std hasher is not promised to be): a changed id would cost a
+    // restarted process its assignment once.
+    let hash = murmur2(topics.join("\0").as_bytes());
     let name: String = instance
         .chars()
         .map(|c| {
