@@ -158,23 +158,17 @@ pub fn from_impression(m: Impression) -> Result<Event, EventError> {
 
 /// Decodes a JSON event with the configured field names.
 pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(payload).map_err(|e| EventError::Json(e.to_string()))?;
-    let object = value
-        .as_object()
-        .ok_or_else(|| EventError::Json("the payload is not an object".into()))?;
-    let field = |name: &str| {
-        object
-            .get(name)
-            .filter(|v| !v.is_null())
-            .ok_or_else(|| EventError::Field {
-                field: name.into(),
-                problem: "missing".into(),
-            })
+    let picked = Picked::parse(payload, fields)?;
+    let missing = |name: &str| EventError::Field {
+        field: name.into(),
+        problem: "missing".into(),
     };
-    let id = |name: &str| -> Result<String, EventError> {
-        match field(name)? {
-            serde_json::Value::String(s) if !s.is_empty() => Ok(s.clone()),
+    let field = |value: Option<serde_json::Value>, name: &str| {
+        value.filter(|v| !v.is_null()).ok_or_else(|| missing(name))
+    };
+    let id = |value: Option<serde_json::Value>, name: &str| -> Result<String, EventError> {
+        match field(value, name)? {
+            serde_json::Value::String(s) if !s.is_empty() => Ok(s),
             serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
             other => Err(EventError::Field {
                 field: name.into(),
@@ -182,7 +176,7 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
             }),
         }
     };
-    let time_us = match field(&fields.event_time)? {
+    let time_us = match field(picked.event_time, &fields.event_time)? {
         serde_json::Value::Number(n) => {
             n.as_i64()
                 .and_then(|ms| ms.checked_mul(1000))
@@ -191,7 +185,7 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
                     problem: format!("{n} is not epoch milliseconds"),
                 })?
         }
-        serde_json::Value::String(s) => parse_rfc3339_us(s).ok_or_else(|| EventError::Field {
+        serde_json::Value::String(s) => parse_rfc3339_us(&s).ok_or_else(|| EventError::Field {
             field: fields.event_time.clone(),
             problem: format!("{s:?} is not RFC 3339 (2026-11-29T18:00:00Z)"),
         })?,
@@ -202,30 +196,135 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
             });
         }
     };
-    let kind = match field(&fields.event_type)?.as_str() {
+    let event_type = field(picked.event_type, &fields.event_type)?;
+    let kind = match event_type.as_str() {
         Some("impression") => EventKind::Impression,
         Some("click") => EventKind::Click,
         Some("conversion") => EventKind::Conversion,
         Some(other) if !other.is_empty() => EventKind::Other(other.to_owned()),
-        _ => {
-            return Err(EventError::EventType(
-                field(&fields.event_type)?.to_string(),
-            ));
-        }
+        _ => return Err(EventError::EventType(event_type.to_string())),
     };
     let mut labels = BTreeMap::new();
-    for name in &fields.labels {
-        if let Some(v) = object.get(name).and_then(serde_json::Value::as_f64) {
+    for (name, value) in fields.labels.iter().zip(picked.labels) {
+        if let Some(v) = value.as_ref().and_then(serde_json::Value::as_f64) {
             labels.insert(name.clone(), v);
         }
     }
     Ok(Event {
-        request_id: id(&fields.request_id)?,
-        item_id: id(&fields.item_id)?,
+        request_id: id(picked.request_id, &fields.request_id)?,
+        item_id: id(picked.item_id, &fields.item_id)?,
         time_us,
         kind,
         labels,
     })
+}
+
+/// The configured fields of a JSON event, each the last occurrence of its name (as a parse
+/// into a map keeps). Every other field is skipped without being built, and names are
+/// compared where they lie in the payload: parsing whole events into `serde_json::Value`
+/// maps allocated every key, and that was most of the cost of reading an event.
+#[derive(Default)]
+struct Picked {
+    request_id: Option<serde_json::Value>,
+    item_id: Option<serde_json::Value>,
+    event_time: Option<serde_json::Value>,
+    event_type: Option<serde_json::Value>,
+    /// By position in `JsonFields::labels`.
+    labels: Vec<Option<serde_json::Value>>,
+}
+
+impl Picked {
+    fn parse(payload: &[u8], fields: &JsonFields) -> Result<Self, EventError> {
+        use serde::de::DeserializeSeed as _;
+        let json = |e: serde_json::Error| EventError::Json(e.to_string());
+        let mut de = serde_json::Deserializer::from_slice(payload);
+        let picked = Pick(fields).deserialize(&mut de).map_err(json)?;
+        de.end().map_err(json)?;
+        Ok(picked)
+    }
+}
+
+struct Pick<'f>(&'f JsonFields);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Pick<'_> {
+    type Value = Picked;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Picked, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Pick<'_> {
+    type Value = Picked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Picked, A::Error> {
+        let f = self.0;
+        let mut picked = Picked {
+            labels: vec![None; f.labels.len()],
+            ..Picked::default()
+        };
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let k = key.0.as_ref();
+            let slots = [
+                k == f.request_id,
+                k == f.item_id,
+                k == f.event_time,
+                k == f.event_type,
+            ];
+            let label = f.labels.iter().any(|l| l == k);
+            if !label && !slots.contains(&true) {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            // A name configured twice (say, one field as two labels) fills every slot.
+            let value: serde_json::Value = map.next_value()?;
+            for (hit, slot) in slots.into_iter().zip([
+                &mut picked.request_id,
+                &mut picked.item_id,
+                &mut picked.event_time,
+                &mut picked.event_type,
+            ]) {
+                if hit {
+                    *slot = Some(value.clone());
+                }
+            }
+            for (name, slot) in f.labels.iter().zip(&mut picked.labels) {
+                if name == k {
+                    *slot = Some(value.clone());
+                }
+            }
+        }
+        Ok(picked)
+    }
+}
+
+/// An object key, borrowed from the payload unless it has escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` into epoch microseconds.
@@ -303,6 +402,56 @@ mod tests {
         .unwrap();
         assert_eq!(e.time_us, 1_764_435_600_500_000);
         assert_eq!(e.labels.get("dwell"), Some(&3.5));
+    }
+
+    #[test]
+    fn json_fields_are_read_as_a_full_parse_would_read_them() {
+        let f = JsonFields {
+            labels: vec!["dwell".into(), "price".into()],
+            ..JsonFields::default()
+        };
+        // Escaped names, other fields of every kind skipped, the last of a repeated name,
+        // null as missing, a label that is not a number ignored.
+        let e = from_json(
+            br#"{"request_id":"r1","extra":{"a":[1,{"b":null}]},"item_id":"i0","item_id":"i1",
+                "event_time":1000,"event_type":"click","dwell":null,"price":"12","x":[true]}"#,
+            &f,
+        )
+        .unwrap();
+        assert_eq!((e.request_id.as_str(), e.item_id.as_str()), ("r1", "i1"));
+        assert_eq!((e.time_us, &e.kind), (1_000_000, &EventKind::Click));
+        assert!(e.labels.is_empty(), "{:?}", e.labels);
+        // One field named twice in the config fills both.
+        let twice = JsonFields {
+            labels: vec!["event_time".into()],
+            ..JsonFields::default()
+        };
+        let e = from_json(
+            br#"{"request_id":7,"item_id":"i","event_time":5,"event_type":"impression"}"#,
+            &twice,
+        )
+        .unwrap();
+        assert_eq!(e.request_id, "7");
+        assert_eq!(e.labels.get("event_time"), Some(&5.0));
+        // Trailing garbage after the object is not JSON.
+        assert_eq!(
+            from_json(
+                br#"{"request_id":"r","item_id":"i","event_time":1,"event_type":"click"} x"#,
+                &f
+            )
+            .unwrap_err()
+            .reason(),
+            "bad_json"
+        );
+        let err = from_json(
+            br#"{"request_id":"r","item_id":true,"event_time":1,"event_type":"click"}"#,
+            &f,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "field \"item_id\": expected a non-empty string or an integer, got true"
+        );
     }
 
     #[test]
