@@ -143,6 +143,9 @@ struct Pending {
     matched: Option<(Arc<ServedLog>, usize)>,
     /// Index key currently scheduled in `pending_due`.
     due: i64,
+    /// Whether `(due, request, item)` is in `pending_due`: known here, so that neither
+    /// scheduling nor removal builds the index key (two id copies) only to look for it.
+    indexed: bool,
 }
 
 const PENDING_BYTES: usize = 256;
@@ -460,14 +463,13 @@ impl JoinState {
                 .first_us
                 .saturating_add(self.config.impressions_wait_us.saturating_add(window)),
         };
-        if due != p.due
-            || !self
-                .pending_due
-                .contains(&(p.due, key.0.clone(), key.1.clone()))
-        {
-            self.pending_due
-                .remove(&(p.due, key.0.clone(), key.1.clone()));
+        if due != p.due || !p.indexed {
+            if p.indexed {
+                self.pending_due
+                    .remove(&(p.due, key.0.clone(), key.1.clone()));
+            }
             p.due = due;
+            p.indexed = true;
             self.pending_due.insert((due, key.0.clone(), key.1.clone()));
         }
     }
@@ -480,8 +482,10 @@ impl JoinState {
                 self.waiting.remove(&key.0);
             }
         }
-        self.pending_due
-            .remove(&(p.due, key.0.clone(), key.1.clone()));
+        if p.indexed {
+            self.pending_due
+                .remove(&(p.due, key.0.clone(), key.1.clone()));
+        }
         self.bytes = self.bytes.saturating_sub(PENDING_BYTES);
         Some(p)
     }
@@ -1012,6 +1016,7 @@ impl JoinState {
                     },
                     matched,
                     due: i64::MIN,
+                    indexed: false,
                 },
             );
             state.bytes += PENDING_BYTES;
@@ -1052,6 +1057,19 @@ mod tests {
             negatives_rate: 0.0,
             max_bytes: usize::MAX,
             event_sources: 1,
+        }
+    }
+
+    impl JoinState {
+        /// Every pending entry is in the due index at its due time, and nothing else is.
+        fn assert_index(&self) {
+            assert!(self.pending.values().all(|p| p.indexed));
+            let expected: BTreeSet<(i64, String, String)> = self
+                .pending
+                .iter()
+                .map(|((r, i), p)| (p.due, r.clone(), i.clone()))
+                .collect();
+            assert_eq!(expected, self.pending_due);
         }
     }
 
@@ -1245,11 +1263,13 @@ mod tests {
                 )
                 .unwrap();
             }
+            s.assert_index();
             rows.extend(s.feed(event("r1", "a", 3, EventKind::Click)));
             rows.extend(s.feed(event("r1", "b", 3, EventKind::Impression)));
             rows.extend(s.add_features(log("r2", 4, &["x"])));
             rows.extend(s.add_features(log("r9", 40, &["z"])));
             rows.extend(s.feed(event("r9", "z", 40, EventKind::Click)));
+            s.assert_index();
             let mut out: Vec<_> = rows
                 .into_iter()
                 .map(|r| {
