@@ -355,7 +355,82 @@ fn k8s() -> Vec<Yaml> {
 fn find<'a>(docs: &'a [Yaml], kind: &str, name: &str) -> &'a Yaml {
     docs.iter()
         .find(|d| d["kind"].as_str() == Some(kind) && d["metadata"]["name"].as_str() == Some(name))
-        .unwrap_or_else(|| panic!("k8s/sidecar.yaml has no {kind} {name}"))
+        .unwrap_or_else(|| panic!("the manifest has no {kind} {name}"))
+}
+
+/// The ConfigMap a container's `--config` path is mounted from, written out as the pod sees
+/// it: the directory and the config file in it.
+fn mounted_config(docs: &[Yaml], pod: &Yaml, container: &Yaml) -> (tempfile::TempDir, PathBuf) {
+    let (_, config) = config_arg(&strings(&container["args"])).unwrap();
+    let config_dir = Path::new(&config)
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mount = container["volumeMounts"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some(config_dir.as_str()))
+        .unwrap_or_else(|| panic!("nothing mounted at {config_dir}"));
+    let volume = pod["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    let map = find(
+        docs,
+        "ConfigMap",
+        volume["configMap"]["name"].as_str().unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value) in map["data"].as_hash().unwrap() {
+        std::fs::write(dir.path().join(str_of(key)), str_of(value)).unwrap();
+    }
+    let file = dir.path().join(Path::new(&config).file_name().unwrap());
+    (dir, file)
+}
+
+/// A container's environment; values from the downward API or a Secret stand in as
+/// `placeholder`.
+fn container_env(container: &Yaml, placeholder: &str) -> Vec<(String, String)> {
+    container["env"]
+        .as_vec()
+        .map(|vars| {
+            vars.iter()
+                .map(|v| {
+                    let value = v["value"].as_str().unwrap_or(placeholder).to_owned();
+                    (str_of(&v["name"]), value)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The container port named `name`.
+fn port_named(container: &Yaml, name: &str) -> i64 {
+    container["ports"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str() == Some(name))
+        .and_then(|p| p["containerPort"].as_i64())
+        .unwrap_or_else(|| panic!("no port named {name}"))
+}
+
+/// Liveness on /healthz and readiness on /readyz, both on `metrics` (the config's port).
+fn assert_probes(container: &Yaml, metrics: u16) {
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"].as_str(), Some(path), "{probe}");
+        let port = match &get["port"] {
+            Yaml::Integer(p) => *p,
+            named => port_named(container, named.as_str().unwrap()),
+        };
+        assert_eq!(port, i64::from(metrics), "{probe} port");
+    }
 }
 
 #[test]
@@ -377,71 +452,13 @@ fn the_kubernetes_example_passes_check_config_and_probes_the_sidecar() {
         .expect("a model-server container beside it");
 
     // The ConfigMap mounted where --config points, written out and checked as the pod sees it.
-    let (_, config) = config_arg(&strings(&sidecar["args"])).unwrap();
-    let config_dir = Path::new(&config)
-        .parent()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let mount = sidecar["volumeMounts"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .find(|m| m["mountPath"].as_str() == Some(config_dir.as_str()))
-        .unwrap_or_else(|| panic!("nothing mounted at {config_dir}"));
-    let volume = pod["volumes"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == mount["name"])
-        .unwrap();
-    let map = find(
-        &docs,
-        "ConfigMap",
-        volume["configMap"]["name"].as_str().unwrap(),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    for (key, value) in map["data"].as_hash().unwrap() {
-        std::fs::write(dir.path().join(str_of(key)), str_of(value)).unwrap();
-    }
-    let file_name = Path::new(&config).file_name().unwrap();
-    let env: Vec<(String, String)> = sidecar["env"]
-        .as_vec()
-        .map(|vars| {
-            vars.iter()
-                .map(|v| {
-                    // Values from the downward API stand in as a plausible pod name.
-                    let value = v["value"].as_str().unwrap_or("ranker-7d9f-0").to_owned();
-                    (str_of(&v["name"]), value)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    check_config("sidecar", &dir.path().join(file_name), &env);
+    let (_dir, file) = mounted_config(&docs, pod, sidecar);
+    check_config("sidecar", &file, &container_env(sidecar, "ranker-7d9f-0"));
 
     // Probes on the metrics port the config listens on; the sidecar forwards to the model
     // server's gRPC port; the grace period outlasts the sidecar's shutdown.
-    let table = sidecar_config(&dir.path().join(file_name));
-    let metrics = table.metrics.listen.port();
-    let port_named = |c: &Yaml, name: &str| -> i64 {
-        c["ports"]
-            .as_vec()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"].as_str() == Some(name))
-            .and_then(|p| p["containerPort"].as_i64())
-            .unwrap_or_else(|| panic!("no port named {name}"))
-    };
-    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
-        let get = &sidecar[probe]["httpGet"];
-        assert_eq!(get["path"].as_str(), Some(path), "{probe}");
-        let port = match &get["port"] {
-            Yaml::Integer(p) => *p,
-            named => port_named(sidecar, named.as_str().unwrap()),
-        };
-        assert_eq!(port, i64::from(metrics), "{probe} port");
-    }
+    let table = sidecar_config(&file);
+    assert_probes(sidecar, table.metrics.listen.port());
     let listen = table.listen.port();
     assert_eq!(port_named(sidecar, "grpc"), i64::from(listen));
     let upstream = table.upstream.as_str();
@@ -471,7 +488,7 @@ fn the_kubernetes_example_passes_check_config_and_probes_the_sidecar() {
     let model_map = find(&docs, "ConfigMap", "featurelog-ranker-model");
     let pbtxt = model_map["data"]["config.pbtxt"].as_str().unwrap();
     check_allow_list_matches(
-        map["data"]["allow-list.toml"].as_str().unwrap(),
+        &std::fs::read_to_string(file.with_file_name("allow-list.toml")).unwrap(),
         pbtxt,
         "k8s",
     );
@@ -499,4 +516,64 @@ fn the_kubernetes_example_passes_check_config_and_probes_the_sidecar() {
             .any(|p| p["targetPort"].as_str() == Some("grpc")),
         "the Service's gRPC port targets the sidecar"
     );
+}
+
+/// The joiner's Kubernetes example: a StatefulSet whose pod names (stable across restarts) are
+/// the joiners' instances, so static group membership gives a restarted pod its tasks back; its
+/// config passes `--check-config` as the pod sees it; probes on the metrics port; the headless
+/// Service that gives the pods their names selects them.
+#[test]
+fn the_kubernetes_joiner_is_a_statefulset_whose_stable_pod_names_are_its_instances() {
+    let docs = load(&compose_dir().join("k8s/joiner.yaml"));
+    let set = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("StatefulSet"))
+        .expect("a StatefulSet: pod names that survive restarts");
+    let pod = &set["spec"]["template"]["spec"];
+    let joiner = pod["containers"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|c| strings(&c["args"]).first().map(String::as_str) == Some("join"))
+        .expect("a featurelog join container");
+
+    let (_dir, file) = mounted_config(&docs, pod, joiner);
+    let env = container_env(joiner, "featurelog-joiner-0");
+    check_config("join", &file, &env);
+    let table = join_config(&file);
+    assert!(
+        table.static_membership,
+        "static membership is what the StatefulSet is for"
+    );
+    let instance = joiner["env"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some("FEATURELOG_JOIN__INSTANCE"))
+        .expect("the instance comes from the environment");
+    assert_eq!(
+        instance["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("metadata.name"),
+        "the instance is the pod's name"
+    );
+    assert!(
+        env.iter().any(|(k, _)| k == "AWS_ACCESS_KEY_ID"),
+        "credentials for the bucket come from the environment"
+    );
+    assert_probes(joiner, table.metrics.listen.port());
+
+    let service = find(
+        &docs,
+        "Service",
+        set["spec"]["serviceName"].as_str().unwrap(),
+    );
+    assert_eq!(
+        service["spec"]["clusterIP"].as_str(),
+        Some("None"),
+        "headless"
+    );
+    let labels = &set["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in service["spec"]["selector"].as_hash().unwrap() {
+        assert_eq!(&labels[str_of(k).as_str()], v, "selector {k:?}");
+    }
 }
