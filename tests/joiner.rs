@@ -141,23 +141,56 @@ fn keep_checkpoints(config: &Path, kept: u32) {
     std::fs::write(config, text).unwrap();
 }
 
-/// The checkpoint epochs of each task of a local dataset, in order.
+/// The checkpoint epochs of each task, in order, from paths relative to the dataset's root
+/// (`_featurelog/checkpoints/<task>/<epoch>.json`; other paths are ignored).
+fn checkpoint_epochs(paths: impl IntoIterator<Item = String>) -> BTreeMap<String, Vec<u64>> {
+    let mut epochs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for path in paths {
+        let Some((task, file)) = path
+            .strip_prefix("_featurelog/checkpoints/")
+            .and_then(|rest| rest.split_once('/'))
+        else {
+            continue;
+        };
+        if let Some(epoch) = file.strip_suffix(".json").and_then(|e| e.parse().ok()) {
+            epochs.entry(task.to_owned()).or_default().push(epoch);
+        }
+    }
+    for e in epochs.values_mut() {
+        e.sort_unstable();
+    }
+    epochs
+}
+
+/// The checkpoint epochs of each task of a local dataset.
 fn checkpoints_per_task(root: &Path) -> BTreeMap<String, Vec<u64>> {
-    std::fs::read_dir(root.join("_featurelog").join("checkpoints"))
-        .unwrap()
-        .map(|task| {
-            let task = task.unwrap();
-            let mut epochs: Vec<u64> = std::fs::read_dir(task.path())
-                .unwrap()
-                .filter_map(|f| {
-                    let name = f.unwrap().file_name().to_string_lossy().into_owned();
-                    name.strip_suffix(".json")?.parse().ok()
-                })
-                .collect();
-            epochs.sort_unstable();
-            (task.file_name().to_string_lossy().into_owned(), epochs)
+    let dir = root.join("_featurelog").join("checkpoints");
+    let paths = std::fs::read_dir(&dir).unwrap().flat_map(|task| {
+        let task = task.unwrap().file_name().to_string_lossy().into_owned();
+        std::fs::read_dir(dir.join(&task)).unwrap().map(move |f| {
+            let file = f.unwrap().file_name().to_string_lossy().into_owned();
+            format!("_featurelog/checkpoints/{task}/{file}")
         })
-        .collect()
+    });
+    checkpoint_epochs(paths)
+}
+
+/// At most the newest two checkpoints per task, consecutive (`checkpoints-kept = 2`).
+fn assert_two_kept(epochs: &BTreeMap<String, Vec<u64>>, what: &str) {
+    assert!(
+        epochs
+            .values()
+            .all(|e| e.len() <= 2 && e.windows(2).all(|w| w[1] == w[0] + 1)),
+        "{what}: {epochs:?}"
+    );
+}
+
+/// Some task committed more than twice, so its first epochs were pruned.
+fn assert_some_pruned(epochs: &BTreeMap<String, Vec<u64>>) {
+    assert!(
+        epochs.values().any(|e| e.first().is_some_and(|&e| e > 1)),
+        "no task pruned: {epochs:?}"
+    );
 }
 
 /// Whether any state file of a local dataset holds `needle`.
@@ -545,18 +578,9 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     assert!(!state_files_hold(&crash_out, b"user_locale"));
     // Pruned to the newest two per task, consecutive: the restarts committed more than that.
     for out in [&crash_out, &pair_out] {
-        let kept = checkpoints_per_task(out);
-        assert!(
-            kept.values()
-                .all(|e| e.len() <= 2 && e.windows(2).all(|w| w[1] == w[0] + 1)),
-            "{out:?}: {kept:?}"
-        );
+        assert_two_kept(&checkpoints_per_task(out), &out.display().to_string());
     }
-    let pruned = checkpoints_per_task(&crash_out);
-    assert!(
-        pruned.values().any(|e| e.first().is_some_and(|&e| e > 1)),
-        "no task pruned: {pruned:?}"
-    );
+    assert_some_pruned(&checkpoints_per_task(&crash_out));
     drop((single, pair, crash, crash_rows, pair_rows));
 }
 
@@ -1134,28 +1158,9 @@ async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
         &s.expected,
         "killed and restarted on S3",
     );
-    let mut epochs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for (key, _) in s3.objects(&prefix).await {
-        let Some(rest) = key.strip_prefix("_featurelog/checkpoints/") else {
-            continue;
-        };
-        if let Some((task, file)) = rest.split_once('/') {
-            if let Some(epoch) = file.strip_suffix(".json").and_then(|e| e.parse().ok()) {
-                epochs.entry(task.to_owned()).or_default().push(epoch);
-            }
-        }
-    }
-    assert!(
-        epochs.values_mut().all(|e| {
-            e.sort_unstable();
-            e.len() <= 2 && e.windows(2).all(|w| w[1] == w[0] + 1)
-        }),
-        "{epochs:?}"
-    );
-    assert!(
-        epochs.values().any(|e| e.first().is_some_and(|&e| e > 1)),
-        "no task pruned: {epochs:?}"
-    );
+    let epochs = checkpoint_epochs(s3.objects(&prefix).await.into_iter().map(|(k, _)| k));
+    assert_two_kept(&epochs, "on S3");
+    assert_some_pruned(&epochs);
     drop(joiner);
 }
 

@@ -116,6 +116,16 @@ pub enum EventsPartitioning {
     ByRequestId,
 }
 
+impl EventsPartitioning {
+    /// The setting as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventsPartitioning::Any => "any",
+            EventsPartitioning::ByRequestId => "by-request-id",
+        }
+    }
+}
+
 /// The join windows, in event time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]

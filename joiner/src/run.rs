@@ -207,14 +207,15 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
     tokio::task::block_in_place(|| dataset.check())?;
     // Before any group is joined: a dataset written with the other events-partitioning is
     // refused here, not only when one of its tasks is assigned, which a static member keeping
-    // its assignment of the other setting's topics might never be.
+    // its assignment of the other setting's topics might never be. Every task is written with
+    // one setting (recovery checks each), so the first checkpoint found tells it.
     tokio::task::block_in_place(|| {
         for p in 0..partitions {
             if let Some(cp) = dataset.latest_checkpoint(&format!("{features}-{p}"))? {
-                same_partitioning(&cp, config.input.events_partitioning)?;
+                return same_partitioning(&cp, config.input.events_partitioning);
             }
         }
-        Ok::<_, JoinError>(())
+        Ok(())
     })?;
     tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, "joiner starting");
 
@@ -793,10 +794,7 @@ async fn router(
                     }
                 };
                 let payload = message.payload().unwrap_or_default();
-                let decoded = match config.input.events_format {
-                    EventFormat::Protobuf => event::from_protobuf(payload),
-                    EventFormat::Json => event::from_json(payload, &config.input.json_fields),
-                };
+                let decoded = decode_event(&config, payload);
                 let source = sources.entry(message.partition()).or_insert_with(Source::new);
                 source.last_seen = std::time::Instant::now();
                 match decoded {
@@ -924,10 +922,11 @@ fn events_key(partitioning: EventsPartitioning) -> &'static str {
     }
 }
 
-fn partitioning_name(partitioning: EventsPartitioning) -> &'static str {
-    match partitioning {
-        EventsPartitioning::Any => "any",
-        EventsPartitioning::ByRequestId => "by-request-id",
+/// An app event as the config says apps encode them.
+fn decode_event(config: &JoinerConfig, payload: &[u8]) -> Result<Event, event::EventError> {
+    match config.input.events_format {
+        EventFormat::Protobuf => event::from_protobuf(payload),
+        EventFormat::Json => event::from_json(payload, &config.input.json_fields),
     }
 }
 
@@ -964,8 +963,8 @@ fn same_partitioning(cp: &Checkpoint, partitioning: EventsPartitioning) -> Resul
     if cp.offsets.contains_key(events_key(other)) {
         return Err(JoinError::PartitioningChanged {
             task: cp.task.clone(),
-            written: partitioning_name(other),
-            configured: partitioning_name(partitioning),
+            written: other.as_str(),
+            configured: partitioning.as_str(),
         });
     }
     Ok(())
@@ -1313,10 +1312,7 @@ async fn join(
                     }
                 } else if direct {
                     task.last_events = std::time::Instant::now();
-                    let decoded = match config.input.events_format {
-                        EventFormat::Protobuf => event::from_protobuf(payload),
-                        EventFormat::Json => event::from_json(payload, &config.input.json_fields),
-                    };
+                    let decoded = decode_event(&config, payload);
                     match decoded {
                         Ok(e) if murmur2_partition(e.request_id.as_bytes(), partitions) == p => {
                             let time_us = e.time_us;
