@@ -625,7 +625,7 @@ fn send_waiting(
 /// merely behind never reports idle, however long the router takes (a transaction coordinator
 /// loading, a backlog on another partition): that is what keeps its events' windows open.
 fn router_progress(
-    consumer: &StreamConsumer,
+    consumer: &StreamConsumer<JoinContext>,
     topic: &str,
     sources: &mut HashMap<i32, Source>,
     idle: Duration,
@@ -653,9 +653,9 @@ fn router_progress(
             }
         };
         let mut at = source.routed_us;
-        // Asking the broker costs a round trip, so only a partition quiet for long enough asks.
+        // Only a partition quiet for long enough and read to its end is idle.
         if source.last_seen.elapsed() >= idle
-            && position.is_some_and(|at| read_to_end(consumer, topic, p, at))
+            && position.is_some_and(|at| read_to_end(consumer.context(), topic, p, at))
         {
             at = at.max(now_us);
         }
@@ -666,22 +666,24 @@ fn router_progress(
     out
 }
 
-/// Whether `next` (the next offset to read) is the end of the partition.
-fn read_to_end<C: Consumer<X>, X: ConsumerContext>(
-    consumer: &C,
-    topic: &str,
-    partition: i32,
-    next: i64,
-) -> bool {
-    tokio::task::block_in_place(|| {
-        consumer.fetch_watermarks(topic, partition, Duration::from_secs(5))
-    })
-    .is_ok_and(|(low, high)| next >= high || low == high)
+/// Whether `next` (the next offset to read) is the end of the partition, as the consumer's
+/// last statistics saw it (see [`JoinContext`]); false while they have not seen it yet.
+fn read_to_end(context: &JoinContext, topic: &str, partition: i32, next: i64) -> bool {
+    context
+        .ends
+        .lock()
+        .ok()
+        .and_then(|ends| ends.get(&(topic.to_owned(), partition)).copied())
+        .is_some_and(|(low, high)| next >= high || low == high)
 }
 
 /// The committed offset of a partition the router has read nothing of (its low watermark when
 /// none is committed, as `auto.offset.reset = earliest` reads it).
-fn start_offset(consumer: &StreamConsumer, topic: &str, partition: i32) -> Option<i64> {
+fn start_offset(
+    consumer: &StreamConsumer<JoinContext>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(topic, partition);
     let committed =
@@ -714,14 +716,15 @@ async fn router(
         ("enable.auto.commit", "false"),
         ("auto.offset.reset", "earliest"),
         ("isolation.level", "read_committed"),
+        ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
     ];
     if config.static_membership {
         // See the join consumer.
         settings.push(("group.instance.id", &instance));
     }
-    let consumer: StreamConsumer = kafka
+    let consumer: StreamConsumer<JoinContext> = kafka
         .client_config(&settings)
-        .create()
+        .create_with_context(JoinContext::default())
         .map_err(client("creating the router consumer"))?;
     consumer
         .subscribe(&[&config.input.events_topic])
@@ -818,7 +821,7 @@ async fn router(
 /// Returns false when it aborted.
 fn commit_router(
     producer: &BaseProducer,
-    consumer: &StreamConsumer,
+    consumer: &StreamConsumer<JoinContext>,
     next: &mut HashMap<(String, i32), i64>,
 ) -> Result<bool, JoinError> {
     let mut offsets = TopicPartitionList::new();
@@ -850,7 +853,7 @@ fn commit_router(
     Ok(committed)
 }
 
-fn rewind(consumer: &StreamConsumer) -> Result<(), JoinError> {
+fn rewind(consumer: &StreamConsumer<JoinContext>) -> Result<(), JoinError> {
     let assignment = consumer
         .assignment()
         .map_err(client("reading the assignment"))?;
@@ -870,16 +873,39 @@ fn rewind(consumer: &StreamConsumer) -> Result<(), JoinError> {
     Ok(())
 }
 
-/// Remembers which partitions a rebalance took away, for the join loop to drop their tasks
-/// before it does anything else with them.
+/// The context of the joiner's consumers. It remembers which partitions a rebalance took away,
+/// for the join loop to drop their tasks before it does anything else with them; and each
+/// partition's low and high watermarks from librdkafka's statistics, which every fetch
+/// response refreshes, so that deciding whether a partition is read to its end sends no
+/// request. A watermark query (ListOffsets) waits behind the fetch the broker holds open for
+/// up to fetch.wait.max.ms (500 ms) on a quiet partition, which is exactly when the question
+/// is asked, and the loop asking it stood still meanwhile: seconds per tick with many tasks.
 #[derive(Default)]
-struct Revocations {
+struct JoinContext {
     revoked: Mutex<Vec<i32>>,
+    ends: Mutex<HashMap<(String, i32), (i64, i64)>>,
 }
 
-impl ClientContext for Revocations {}
+/// How often the consumers' statistics (and so the watermarks in [`JoinContext`]) refresh.
+const STATISTICS_INTERVAL_MS: &str = "1000";
 
-impl ConsumerContext for Revocations {
+impl ClientContext for JoinContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let Ok(mut ends) = self.ends.lock() else {
+            return;
+        };
+        for (topic, t) in statistics.topics {
+            for (partition, p) in t.partitions {
+                // -1 is librdkafka's internal unassigned partition; -1 offsets are unknown.
+                if partition >= 0 && p.hi_offset >= 0 {
+                    ends.insert((topic.clone(), partition), (p.lo_offset, p.hi_offset));
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for JoinContext {
     fn pre_rebalance(&self, _: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             if let Ok(mut revoked) = self.revoked.lock() {
@@ -1150,6 +1176,7 @@ async fn join(
         ("enable.auto.commit", "false"),
         ("auto.offset.reset", "earliest"),
         ("isolation.level", "read_committed"),
+        ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
     ];
     if config.static_membership {
         // A process restarted with the same `instance` (after a crash, a deploy) takes its
@@ -1158,9 +1185,9 @@ async fn join(
         // session.timeout.ms (static members do not leave the group when they close).
         settings.push(("group.instance.id", &instance));
     }
-    let consumer: StreamConsumer<Revocations> = kafka
+    let consumer: StreamConsumer<JoinContext> = kafka
         .client_config(&settings)
-        .create_with_context(Revocations::default())
+        .create_with_context(JoinContext::default())
         .map_err(client("creating the join consumer"))?;
     consumer
         .subscribe(&[&features_topic, &events_input])
@@ -1222,7 +1249,7 @@ async fn join(
                 let ooo = i64::try_from(config.join.max_out_of_orderness.as_micros()).unwrap_or(i64::MAX);
                 for (p, task) in tasks.iter_mut() {
                     // What the router does for an events partition it reads (router_progress).
-                    if direct && task.last_events.elapsed() >= idle && read_to_end(&consumer, &events_input, *p, task.next[1]) {
+                    if direct && task.last_events.elapsed() >= idle && read_to_end(consumer.context(), &events_input, *p, task.next[1]) {
                         let before = task.state.watermark_us();
                         let rows = task.state.source_progress(*p, wall_clock_us());
                         if !rows.is_empty() || task.state.watermark_us() != before {
@@ -1231,7 +1258,7 @@ async fn join(
                         }
                     }
                     // Only a partition read to its end is quiet; one that is behind is not.
-                    if task.last_features.elapsed() >= idle && read_to_end(&consumer, &features_topic, *p, task.next[0]) {
+                    if task.last_features.elapsed() >= idle && read_to_end(consumer.context(), &features_topic, *p, task.next[0]) {
                         let before = task.state.watermark_us();
                         let rows = task.state.features_idle(wall_clock_us().saturating_sub(ooo));
                         if !rows.is_empty() || task.state.watermark_us() != before {
@@ -1409,7 +1436,7 @@ fn has_header(message: &rdkafka::message::BorrowedMessage<'_>, key: &str) -> boo
 /// Kafka's committed offsets are for lag monitoring only; the checkpoints are the truth. They
 /// never run ahead of a checkpoint: only committed positions are written.
 fn commit_monitoring(
-    consumer: &StreamConsumer<Revocations>,
+    consumer: &StreamConsumer<JoinContext>,
     tasks: &HashMap<i32, Task>,
     features_topic: &str,
     events_input: &str,
