@@ -290,6 +290,14 @@ impl Exchange {
     fn peek_request_id(&self) -> Option<String> {
         let slot = self.request.lock().ok()?;
         let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
+        // Nearly always the whole message is in one chunk: read it as a slice, which perf
+        // showed several times cheaper than going field by field through `ChunksBuf`.
+        if let Some(message) = contiguous_message(&captured.chunks) {
+            return match request_id(&mut &message[..]) {
+                Ok(id) => Some(id),
+                Err(Unusual) => RequestHead::decode(message).ok().map(|h| h.id),
+            };
+        }
         let message = || {
             let mut buf = ChunksBuf::new(&captured.chunks);
             if buf.remaining() < 5 || buf.get_u8() != 0 {
@@ -306,6 +314,16 @@ impl Exchange {
             Err(Unusual) => RequestHead::decode(message()?).ok().map(|h| h.id),
         }
     }
+}
+
+/// The message of an uncompressed gRPC body whose prefix and message sit in its first
+/// non-empty chunk.
+fn contiguous_message(chunks: &[Bytes]) -> Option<&[u8]> {
+    let first = chunks.iter().find(|c| !c.is_empty())?;
+    let (&[0, a, b, c, d], rest) = first.split_first_chunk::<5>()? else {
+        return None;
+    };
+    rest.get(..u32::from_be_bytes([a, b, c, d]) as usize)
 }
 
 /// A message [`request_id`] leaves to prost.
@@ -331,12 +349,21 @@ fn request_id(buf: &mut impl Buf) -> Result<String, Unusual> {
                     return Err(Unusual);
                 }
                 if tag <= 3 {
-                    // model_name, model_version and id must be UTF-8 for the decode to work.
-                    let mut field = vec![0; len];
-                    buf.copy_to_slice(&mut field);
-                    let text = String::from_utf8(field).map_err(|_| Unusual)?;
-                    if tag == 3 {
-                        id = text;
+                    // model_name, model_version and id must be UTF-8 for the decode to work;
+                    // checked in place when the field is in one chunk, which it nearly always is.
+                    if buf.chunk().len() >= len {
+                        let text = std::str::from_utf8(&buf.chunk()[..len]).map_err(|_| Unusual)?;
+                        if tag == 3 {
+                            text.clone_into(&mut id);
+                        }
+                        buf.advance(len);
+                    } else {
+                        let mut field = vec![0; len];
+                        buf.copy_to_slice(&mut field);
+                        let text = String::from_utf8(field).map_err(|_| Unusual)?;
+                        if tag == 3 {
+                            id = text;
+                        }
                     }
                 } else {
                     buf.advance(len);
@@ -629,6 +656,25 @@ mod tests {
     }
 
     #[test]
+    fn only_an_uncompressed_message_within_the_first_chunk_is_read_in_place() {
+        let framed = |flag: u8, len: u32, body: &[u8]| {
+            let mut out = vec![flag];
+            out.extend(len.to_be_bytes());
+            out.extend_from_slice(body);
+            Bytes::from(out)
+        };
+        let whole = framed(0, 3, b"abcde");
+        assert_eq!(
+            contiguous_message(&[Bytes::new(), whole]),
+            Some(&b"abc"[..])
+        );
+        assert_eq!(contiguous_message(&[framed(1, 3, b"abc")]), None);
+        let split = [framed(0, 5, b"abc"), Bytes::from_static(b"de")];
+        assert_eq!(contiguous_message(&split), None);
+        assert_eq!(contiguous_message(&[Bytes::from_static(&[0, 0])]), None);
+    }
+
+    #[test]
     fn the_request_id_is_read_across_chunk_boundaries() {
         let head = RequestHead {
             model_name: "ranker".into(),
@@ -639,15 +685,20 @@ mod tests {
         let mut framed = vec![0u8];
         framed.extend((message.len() as u32).to_be_bytes());
         framed.extend(&message);
+        let whole = Bytes::copy_from_slice(&framed);
+        let mut layouts = vec![vec![whole.clone()], vec![Bytes::new(), whole, Bytes::new()]];
         for split in 1..framed.len() {
             let (a, b) = framed.split_at(split);
+            layouts.push(vec![
+                Bytes::copy_from_slice(a),
+                Bytes::new(),
+                Bytes::copy_from_slice(b),
+            ]);
+        }
+        for (layout, chunks) in layouts.into_iter().enumerate() {
             let exchange = Exchange::default();
             *exchange.request.lock().unwrap() = Some(Captured {
-                chunks: vec![
-                    Bytes::copy_from_slice(a),
-                    Bytes::new(),
-                    Bytes::copy_from_slice(b),
-                ],
+                chunks,
                 len: framed.len(),
                 overflow: false,
                 complete: true,
@@ -656,7 +707,7 @@ mod tests {
             assert_eq!(
                 exchange.peek_request_id().as_deref(),
                 Some("req-42"),
-                "split at {split}"
+                "layout {layout}"
             );
         }
     }
