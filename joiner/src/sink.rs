@@ -28,6 +28,7 @@ use object_store::{ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPay
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{OutputConfig, OutputLocation};
@@ -968,7 +969,12 @@ impl Dataset {
         };
         let batch = to_record_batch(rows).map_err(|e| encode(&e))?;
         let level = ZstdLevel::try_new(self.options.zstd_level).map_err(|e| encode(&e))?;
+        // Ids are nearly unique per row: a dictionary of them saves nothing that zstd does not,
+        // and costs a hash per id. Feature columns keep theirs (categorical values coded as
+        // numbers shrink to a few bits each).
         let props = WriterProperties::builder()
+            .set_column_dictionary_enabled(ColumnPath::from("request_id"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("item_id"), false)
             .set_compression(Compression::ZSTD(level))
             .set_max_row_group_row_count(Some(self.options.row_group_rows.max(1)))
             .build();
