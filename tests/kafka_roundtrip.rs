@@ -36,6 +36,7 @@ fn sample_record() -> FeatureLog {
         allow_list_version: "sha256:ab12".into(),
         row_count: 3,
         candidate_ids: vec!["item-1".into(), "item-2".into(), "42".into()],
+        candidate_int_ids: Vec::new(),
         features: vec![
             feature(
                 "is_new",

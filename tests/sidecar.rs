@@ -161,10 +161,15 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
             "exactly the allow-listed features, in allow-list order"
         );
         assert_eq!(record.row_count, 20);
-        assert_eq!(
-            record.candidate_ids,
-            sent_values(request, "item_id").to_ids().unwrap()
-        );
+        // INT64 ids are logged as numbers.
+        let sent_ids: Vec<i64> = sent_values(request, "item_id")
+            .to_ids()
+            .unwrap()
+            .iter()
+            .map(|id| id.parse().unwrap())
+            .collect();
+        assert_eq!(record.candidate_int_ids, sent_ids);
+        assert!(record.candidate_ids.is_empty());
         for feature in &record.features {
             let sent = sent_values(request, &feature.name);
             assert!(
@@ -275,8 +280,8 @@ async fn official_client_through_the_sidecar(client: &str, script: &str, request
     let record = decode_log(&records[0].payload);
     assert_eq!(record.request_id, request_id);
     assert_eq!(records[0].key_str(), request_id);
-    let ids: Vec<String> = serde_json::from_value(sent["candidate_ids"].clone()).unwrap();
-    assert_eq!(record.candidate_ids, ids);
+    let ids: Vec<i64> = serde_json::from_value(sent["candidate_ids"].clone()).unwrap();
+    assert_eq!(record.candidate_int_ids, ids);
     for feature in &record.features {
         let want = &sent["features"][&feature.name];
         let v = feature.values.as_ref().unwrap();

@@ -112,7 +112,8 @@ fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {
             nanos: 0,
         }),
         row_count: n as u32,
-        candidate_ids: (0..n).map(|j| (i * 1000 + j).to_string()).collect(),
+        // INT64 ids, as the sidecar logs them (numbers, `candidate_int_ids`).
+        candidate_int_ids: (0..n).map(|j| (i * 1000 + j) as i64).collect(),
         features: (0..args.features)
             .map(|f| Feature {
                 name: format!("f{f}"),
@@ -213,7 +214,7 @@ async fn consume_only(
         bytes += payload.len();
         if decode {
             if m.topic() == topics[0] {
-                bytes += FeatureLog::decode(payload)?.candidate_ids.len();
+                bytes += FeatureLog::decode(payload)?.candidate_int_ids.len();
             } else {
                 bytes += serde_json::from_slice::<serde_json::Value>(payload)?
                     .as_object()

@@ -218,7 +218,10 @@ enum Cells {
 pub struct ServedLog {
     head: FeatureLog,
     raw: Vec<u8>,
+    /// Text candidate ids: where each is in `raw`.
     ids: Vec<(u32, u32)>,
+    /// Integer candidate ids (`candidate_int_ids`); at most one of the two is non-empty.
+    int_ids: Vec<i64>,
     cells: Vec<Cells>,
     layout: Arc<Layout>,
     /// Where the record is in its feature-log partition, when checkpoints may refer to it
@@ -241,6 +244,82 @@ impl Deref for ServedLog {
     }
 }
 
+/// A candidate's id as its record holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CandidateId<'a> {
+    /// From `candidate_ids`.
+    Text(&'a str),
+    /// From `candidate_int_ids`.
+    Int(i64),
+}
+
+impl<'a> CandidateId<'a> {
+    /// Its text: the id itself, or the number in decimal (written into `buf`).
+    pub fn text<'b>(&self, buf: &'b mut String) -> &'b str
+    where
+        'a: 'b,
+    {
+        match *self {
+            CandidateId::Text(t) => t,
+            CandidateId::Int(n) => {
+                use std::fmt::Write;
+                buf.clear();
+                let _ = write!(buf, "{n}");
+                buf
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for CandidateId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CandidateId::Text(t) => f.write_str(t),
+            CandidateId::Int(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// A log's candidate ids by value, see [`ServedLog::candidate_index`].
+#[derive(Debug)]
+pub enum CandidateIndex {
+    /// Text ids.
+    Text(HashMap<Box<str>, u32, foldhash::fast::RandomState>),
+    /// Integer ids.
+    Int(HashMap<i64, u32, foldhash::fast::RandomState>),
+}
+
+impl CandidateIndex {
+    /// The first row whose id is `item` (an event's item id).
+    pub fn get(&self, item: &str) -> Option<usize> {
+        match self {
+            CandidateIndex::Text(m) => m.get(item),
+            CandidateIndex::Int(m) => m.get(&canonical_int(item)?),
+        }
+        .map(|&i| i as usize)
+    }
+}
+
+/// The number an event's item id names when it is the canonical decimal text of an integer
+/// candidate id: an optional `-` and digits, no leading zero, no `+`, no `-0`. Any other text
+/// names no integer candidate, so that "042" never joins the candidate 42.
+pub fn canonical_int(item: &str) -> Option<i64> {
+    let negative = item.starts_with('-');
+    let digits = &item.as_bytes()[usize::from(negative)..];
+    match digits {
+        [] => None,
+        [b'0'] if negative => None,
+        [b'0', _, ..] => None,
+        _ if !digits.iter().all(u8::is_ascii_digit) => None,
+        _ => item.parse().ok(),
+    }
+}
+
+/// Protobuf's `sint64` decoding.
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
 impl From<FeatureLog> for ServedLog {
     /// Encodes a decoded log (tests, and producers that hand over structs).
     fn from(log: FeatureLog) -> Self {
@@ -253,12 +332,14 @@ impl From<FeatureLog> for ServedLog {
                 Self {
                     head: FeatureLog {
                         candidate_ids: Vec::new(),
+                        candidate_int_ids: Vec::new(),
                         features: Vec::new(),
                         outputs: Vec::new(),
                         ..log
                     },
                     raw: Vec::new(),
                     ids: Vec::new(),
+                    int_ids: Vec::new(),
                     cells: Vec::new(),
                     layout: Arc::new(Layout {
                         columns: Vec::new(),
@@ -505,6 +586,7 @@ impl ServedLog {
         }
         let mut head = Vec::with_capacity(128);
         let mut ids = Vec::with_capacity(layouts.last_candidates);
+        let mut int_ids: Vec<i64> = Vec::new();
         let mut columns = (Vec::new(), Vec::new());
         let mut cells = (Vec::new(), Vec::new());
         for field in fields(&raw, 0, raw.len()) {
@@ -525,7 +607,18 @@ impl ServedLog {
                     columns.1.push(c);
                     cells.1.push(v);
                 }
-                (8..=10, _) => {
+                (12, 2) => {
+                    let (mut at, e) = field.payload;
+                    if int_ids.is_empty() {
+                        int_ids.reserve(layouts.last_candidates);
+                    }
+                    while at < e {
+                        int_ids.push(unzigzag(varint(&raw[..e], &mut at)?));
+                    }
+                }
+                // Unpacked, as a writer may send a repeated scalar.
+                (12, 0) => int_ids.push(unzigzag(field.value)),
+                (8..=10 | 12, _) => {
                     return Err(MalformedLog(format!(
                         "FeatureLog field {}: wire type {}",
                         field.number, field.wire
@@ -535,8 +628,9 @@ impl ServedLog {
             }
         }
         let head = FeatureLog::decode(head.as_slice())?;
-        layouts.last_candidates = ids.len();
+        layouts.last_candidates = ids.len() + int_ids.len();
         ids.shrink_to_fit();
+        int_ids.shrink_to_fit();
         let (mut all, outputs) = columns;
         all.extend(outputs);
         let (mut all_cells, output_cells) = cells;
@@ -547,6 +641,7 @@ impl ServedLog {
             head,
             raw,
             ids,
+            int_ids,
             cells: all_cells,
             layout,
             offset: None,
@@ -576,26 +671,62 @@ impl ServedLog {
         &self.layout
     }
 
+    /// Whether the record sets both `candidate_ids` and `candidate_int_ids` (which the
+    /// schema forbids: it is refused by [`crate::rows::validate`]; the integer ids win here).
+    pub fn has_both_kinds_of_ids(&self) -> bool {
+        !self.ids.is_empty() && !self.int_ids.is_empty()
+    }
+
     /// Candidate ids listed (0 when the model logs no ids).
     pub fn candidate_count(&self) -> usize {
+        if !self.int_ids.is_empty() {
+            return self.int_ids.len();
+        }
         self.ids.len()
     }
 
     /// The id of candidate `i`.
-    pub fn candidate_id(&self, i: usize) -> Option<&str> {
+    pub fn candidate_id(&self, i: usize) -> Option<CandidateId<'_>> {
+        if !self.int_ids.is_empty() {
+            return self.int_ids.get(i).map(|&n| CandidateId::Int(n));
+        }
         let &(s, len) = self.ids.get(i)?;
         let (s, e) = (s as usize, s as usize + len as usize);
         // Checked to be UTF-8 when decoded; an empty id is never returned for a valid one.
-        std::str::from_utf8(self.raw.get(s..e)?).ok()
+        std::str::from_utf8(self.raw.get(s..e)?)
+            .ok()
+            .map(CandidateId::Text)
     }
 
     /// The candidate ids in row order.
-    pub fn candidate_ids(&self) -> impl Iterator<Item = &str> {
-        (0..self.ids.len()).map(|i| self.candidate_id(i).unwrap_or_default())
+    pub fn candidate_ids(&self) -> impl Iterator<Item = CandidateId<'_>> {
+        (0..self.candidate_count()).map(|i| self.candidate_id(i).unwrap_or(CandidateId::Text("")))
+    }
+
+    /// Candidate id -> first row, for logs with many candidates.
+    pub fn candidate_index(&self) -> CandidateIndex {
+        if !self.int_ids.is_empty() {
+            let mut map = HashMap::with_capacity_and_hasher(self.int_ids.len(), Default::default());
+            for (i, &n) in self.int_ids.iter().enumerate() {
+                map.entry(n).or_insert(i as u32);
+            }
+            return CandidateIndex::Int(map);
+        }
+        let mut map = HashMap::with_capacity_and_hasher(self.ids.len(), Default::default());
+        for (i, id) in self.candidate_ids().enumerate() {
+            if let CandidateId::Text(t) = id {
+                map.entry(t.into()).or_insert(i as u32);
+            }
+        }
+        CandidateIndex::Text(map)
     }
 
     /// The first row whose candidate id is `item`, by scanning.
     pub fn find_candidate(&self, item: &str) -> Option<usize> {
+        if !self.int_ids.is_empty() {
+            let n = canonical_int(item)?;
+            return self.int_ids.iter().position(|&id| id == n);
+        }
         let item = item.as_bytes();
         let last = item.last().copied();
         self.ids.iter().position(|&(s, len)| {
@@ -769,6 +900,61 @@ mod tests {
     }
 
     #[test]
+    fn integer_ids_read_packed_or_not_and_match_only_canonical_text() {
+        let ints = FeatureLog {
+            candidate_ids: Vec::new(),
+            candidate_int_ids: vec![42, -7, 0, i64::MIN, 42],
+            row_count: 5,
+            ..sample()
+        };
+        let packed = ints.encode_to_vec();
+        // The same ids unpacked (field 12 as varints), as another writer may send them.
+        let mut unpacked = FeatureLog {
+            candidate_int_ids: Vec::new(),
+            ..ints.clone()
+        }
+        .encode_to_vec();
+        for n in &ints.candidate_int_ids {
+            prost::encoding::sint64::encode(12, n, &mut unpacked);
+        }
+        for raw in [packed, unpacked] {
+            let served = decode(raw).unwrap();
+            assert_eq!(served.candidate_count(), 5);
+            assert_eq!(served.candidate_id(1), Some(CandidateId::Int(-7)));
+            let index = served.candidate_index();
+            for (item, row) in [
+                ("42", Some(0)),
+                ("-7", Some(1)),
+                ("0", Some(2)),
+                ("-9223372036854775808", Some(3)),
+                ("042", None),
+                ("+42", None),
+                ("-0", None),
+                ("", None),
+                ("-", None),
+                ("4 2", None),
+                ("99999999999999999999", None),
+            ] {
+                assert_eq!(served.find_candidate(item), row, "{item:?}");
+                assert_eq!(index.get(item), row, "{item:?}");
+            }
+            let mut buf = String::new();
+            let texts: Vec<String> = served
+                .candidate_ids()
+                .map(|c| c.text(&mut buf).to_owned())
+                .collect();
+            assert_eq!(texts, ["42", "-7", "0", "-9223372036854775808", "42"]);
+        }
+        let both = FeatureLog {
+            candidate_ids: vec!["a".into()],
+            ..ints
+        };
+        let both = decode(both.encode_to_vec()).unwrap();
+        assert!(both.has_both_kinds_of_ids());
+        assert!(crate::rows::validate(&both).is_err());
+    }
+
+    #[test]
     fn packed_floats_and_ids_stay_in_the_bytes_and_read_back_bit_exact() {
         let log = sample();
         let served = decode(log.encode_to_vec()).unwrap();
@@ -776,7 +962,7 @@ mod tests {
         assert_eq!(served.request_id, "r1");
         assert_eq!(
             served.candidate_ids().collect::<Vec<_>>(),
-            ["a", "b", "ccc"]
+            ["a", "b", "ccc"].map(CandidateId::Text)
         );
         assert_eq!(served.find_candidate("ccc"), Some(2));
         assert_eq!(served.find_candidate("cc"), None);
@@ -877,7 +1063,7 @@ mod tests {
 
     /// What a decoded log says, read through the lazy accessors, in prost's terms.
     fn as_prost(served: &ServedLog) -> Content {
-        let ids = served.candidate_ids().map(str::to_owned).collect();
+        let ids = served.candidate_ids().map(|c| c.to_string()).collect();
         let columns = served
             .layout()
             .columns()
@@ -928,12 +1114,24 @@ mod tests {
                 (column, bits, v.int64_values)
             })
             .collect();
-        (log.candidate_ids.clone(), columns)
+        // Integer ids win when a record carries both (which `validate` then refuses).
+        let ids = if log.candidate_int_ids.is_empty() {
+            log.candidate_ids.clone()
+        } else {
+            log.candidate_int_ids.iter().map(i64::to_string).collect()
+        };
+        (ids, columns)
     }
 
     #[test]
     fn mutated_records_never_panic_and_read_exactly_as_prost_reads_them() {
-        let good = sample().encode_to_vec();
+        let text_ids = sample().encode_to_vec();
+        let int_ids = FeatureLog {
+            candidate_ids: Vec::new(),
+            candidate_int_ids: vec![300, -2, 70_000],
+            ..sample()
+        }
+        .encode_to_vec();
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             seed ^= seed << 13;
@@ -942,8 +1140,8 @@ mod tests {
             seed
         };
         let mut both_ok = 0;
-        for _ in 0..5000 {
-            let mut raw = good.clone();
+        for i in 0..10_000 {
+            let mut raw = if i % 2 == 0 { &text_ids } else { &int_ids }.clone();
             for _ in 0..1 + next() % 3 {
                 let at = (next() % raw.len() as u64) as usize;
                 raw[at] = next() as u8;
@@ -959,7 +1157,7 @@ mod tests {
             assert_eq!(as_prost(&lazy), expected(&eager), "{raw:?}");
             both_ok += 1;
         }
-        assert!(both_ok > 100, "only {both_ok} mutations decoded");
+        assert!(both_ok > 200, "only {both_ok} mutations decoded");
     }
 
     #[test]

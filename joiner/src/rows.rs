@@ -55,6 +55,10 @@ pub fn validate(log: &ServedLog) -> Result<(), InvalidFeatureLog> {
         problem,
     };
     let rows = log.row_count as usize;
+    if log.has_both_kinds_of_ids() {
+        let problem = "both candidate_ids and candidate_int_ids are set".to_owned();
+        return Err(err("candidate_int_ids", problem));
+    }
     let ids = log.candidate_count();
     if ids != 0 && ids != rows {
         return Err(err("candidate_ids", format!("{ids} ids for {rows} rows")));

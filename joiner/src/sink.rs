@@ -1132,7 +1132,10 @@ mod tests {
         (0..2)
             .map(|i| Row {
                 request_id: "r1".into(),
-                item_id: log.candidate_id(i).unwrap_or_default().to_owned(),
+                item_id: log
+                    .candidate_id(i)
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
                 features: log.clone(),
                 row: i,
                 impression_time_us: Some((hour_offset + i as i64) * 3_600_000_000),

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use featurelog_schemas::featurelog::v1::FeatureLog;
 
 use crate::event::{Event, EventKind};
-use crate::log::{Layouts, ServedLog};
+use crate::log::{CandidateIndex, Layouts, ServedLog};
 
 /// Windows and bounds of the join, in microseconds of event time.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,7 +104,7 @@ struct FeatureEntry {
     /// Candidate id -> row, built on the first lookup in a long candidate list: most requests
     /// see a few impressions, and building a map of every candidate for each request cost more
     /// (a clone and a hash per candidate, in the profile) than scanning a short list.
-    index: Option<HashMap<Box<str>, u32>>,
+    index: Option<CandidateIndex>,
     /// Items with an impression (joined or pending), for the scored-not-impressed count.
     impressed: HashSet<String>,
 }
@@ -129,15 +129,9 @@ impl FeatureEntry {
         if log.candidate_count() <= SCAN {
             return log.find_candidate(item);
         }
-        let index = self.index.get_or_insert_with(|| {
-            let mut map =
-                HashMap::with_capacity_and_hasher(log.candidate_count(), Default::default());
-            for (i, id) in log.candidate_ids().enumerate() {
-                map.entry(id.into()).or_insert(i as u32);
-            }
-            map
-        });
-        index.get(item).map(|&i| i as usize)
+        self.index
+            .get_or_insert_with(|| log.candidate_index())
+            .get(item)
     }
 }
 
@@ -603,7 +597,9 @@ impl JoinState {
             };
             self.bytes = self.bytes.saturating_sub(f.bytes);
             self.emitted.remove(&request_id);
-            for (i, item) in f.log.candidate_ids().enumerate() {
+            let mut text = String::new();
+            for (i, id) in f.log.candidate_ids().enumerate() {
+                let item = id.text(&mut text);
                 if f.impressed.contains(item) {
                     continue;
                 }
@@ -1224,6 +1220,59 @@ mod tests {
         assert_eq!(s.counts.impression_without_features, 1);
         assert_eq!(s.counts.unknown_item, 1);
         assert_eq!(s.counts.joined, 2);
+    }
+
+    #[test]
+    fn integer_candidate_ids_join_by_their_decimal_text_only() {
+        let mut c = config(None);
+        c.negatives_rate = 1.0;
+        let mut s = JoinState::new(c);
+        // Over 128 candidates: lookups go through the index rather than a scan.
+        let ids: Vec<i64> = (0..200).map(|i| i * 1_000_003 - 7).collect();
+        s.add_features(FeatureLog {
+            candidate_int_ids: ids.clone(),
+            ..log("r1", 0, &[])
+        });
+        s.add_features(FeatureLog {
+            row_count: 3,
+            candidate_int_ids: vec![-7, 0, 42],
+            ..log("r2", 0, &[])
+        });
+        let mut joined = Vec::new();
+        for (request, item) in [("r1", "-7"), ("r1", "1999999"), ("r2", "42"), ("r2", "0")] {
+            joined.extend(s.feed(event(request, item, 1, EventKind::Impression)));
+        }
+        // Not canonical decimal: no candidate.
+        for item in ["042", "+42", "-0", "42.0", " 42"] {
+            assert!(
+                s.feed(event("r2", item, 1, EventKind::Impression))
+                    .is_empty()
+            );
+        }
+        let found: Vec<(&str, &str, usize)> = joined
+            .iter()
+            .map(|r| (r.request_id.as_str(), r.item_id.as_str(), r.row))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("r1", "-7", 0),
+                ("r1", "1999999", 2),
+                ("r2", "42", 2),
+                ("r2", "0", 1)
+            ]
+        );
+        assert_eq!(s.counts.unknown_item, 5);
+        s.add_features(log("late-req", 40, &["k"]));
+        let rows = s.feed(event("late-req", "k", 40, EventKind::Impression));
+        let mut negatives: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.request_id == "r2" && r.impression_time_us.is_none())
+            .map(|r| r.item_id.as_str())
+            .collect();
+        negatives.sort();
+        assert_eq!(negatives, ["-7"]);
+        assert_eq!(s.counts.scored_not_impressed, 198 + 1);
     }
 
     #[test]

@@ -59,7 +59,7 @@ async def main():
     json.dump(
         {
             "request_id": request_id,
-            "candidate_ids": [str(x) for x in tensors["item_id"][2]],
+            "candidate_ids": [int(x) for x in tensors["item_id"][2]],
             "features": {name: bits(name) for name in tensors if name != "item_id"},
             "score_bits": [int(x) for x in via.reshape(-1).view(np.uint32)],
         },

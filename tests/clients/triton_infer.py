@@ -68,7 +68,7 @@ def main():
     json.dump(
         {
             "request_id": request_id,
-            "candidate_ids": [str(x) for x in arrays["item_id"][0].reshape(-1)],
+            "candidate_ids": [int(x) for x in arrays["item_id"][0].reshape(-1)],
             "features": {name: bits(name) for name in arrays if name != "item_id"},
             "score_bits": [int(x) for x in via.reshape(-1).view(np.uint32)],
         },

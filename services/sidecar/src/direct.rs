@@ -392,18 +392,15 @@ pub fn encode_planned(
                 0
             }
     });
-    // Each id's decimal length from its logarithm: formatting it twice (once to size the
-    // record, once to write it) was the publisher's largest single cost (perf).
-    let ids_len: usize = signed(ids, id_size)
-        .map(|id| bytes_field_len(8, decimal_len(id)))
-        .sum();
+    // Signed ids are written as numbers, packed (`candidate_int_ids`).
+    let ids_len: usize = signed(ids, id_size).map(|id| varint_len(zigzag(id))).sum();
     let capacity = 64
         + ctx.request_id.len()
         + scanned.model_name.len()
         + scanned.model_version.len()
         + ctx.instance.len()
         + ctx.allow_list_version.len()
-        + ids_len
+        + bytes_field_len(12, ids_len)
         + columns
             .iter()
             .map(|c| 1 + varint_len(c.len as u64) + c.len)
@@ -432,30 +429,20 @@ pub fn encode_planned(
         key(buf, 7, WireType::Varint);
         encode_varint(u64::from(row_count), buf);
     }
-    let mut itoa = itoa::Buffer::new();
-    for id in signed(ids, id_size) {
-        // An id is never empty, so it is always written (repeated strings keep empty entries
-        // too, which `bytes_field` would skip).
-        let text = itoa.format(id).as_bytes();
-        key(buf, 8, WireType::LengthDelimited);
-        encode_varint(text.len() as u64, buf);
-        buf.put_slice(text);
-    }
     for c in &columns {
         key(buf, 9, WireType::LengthDelimited);
         encode_varint(c.len as u64, buf);
         c.encode(buf);
     }
+    // Field 12 after 9 (10 and 11 are never set here), in field order as prost writes it.
+    if ids_len > 0 {
+        key(buf, 12, WireType::LengthDelimited);
+        encode_varint(ids_len as u64, buf);
+        for id in signed(ids, id_size) {
+            encode_varint(zigzag(id), buf);
+        }
+    }
     Some(row_count)
-}
-
-/// The length of `v` in decimal, sign included.
-fn decimal_len(v: i64) -> usize {
-    let digits = v
-        .unsigned_abs()
-        .checked_ilog10()
-        .map_or(1, |l| l as usize + 1);
-    digits + usize::from(v < 0)
 }
 
 /// Plans by the bytes of the input headers they were made for, so a request laid out like a
@@ -653,24 +640,6 @@ mod tests {
             let got = fast(&r, &req).expect("eligible");
             // NaN != NaN: compare the encodings of two independently built records.
             assert_eq!(got.encode_to_vec(), want.encode_to_vec());
-        }
-    }
-
-    #[test]
-    fn decimal_lengths() {
-        for v in [
-            0,
-            9,
-            10,
-            -1,
-            -10,
-            99,
-            100,
-            i64::MAX,
-            i64::MIN,
-            9_000_000_001,
-        ] {
-            assert_eq!(decimal_len(v), v.to_string().len(), "{v}");
         }
     }
 

@@ -9,7 +9,7 @@ use featurelog_schemas::inference::infer_parameter::ParameterChoice;
 use featurelog_schemas::inference::{
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
 };
-use featurelog_schemas::tensor::{self, Tensor, TensorError};
+use featurelog_schemas::tensor::{self, Tensor, TensorError, TensorValues};
 
 use crate::allowlist::ModelRule;
 
@@ -231,19 +231,29 @@ pub fn extract(
     response: Option<&ModelInferResponse>,
     ctx: CallContext<'_>,
 ) -> Result<FeatureLog, ExtractError> {
-    // Candidate ids first: they fix the row count when present.
+    // Candidate ids first: they fix the row count when present. Signed integer ids stay
+    // numbers (`candidate_int_ids`); the others are text.
+    let mut candidate_int_ids: Vec<i64> = Vec::new();
     let mut candidate_ids = match (&rule.candidate_ids_input, &rule.candidate_ids_parameter) {
         (Some(name), _) => {
             let t = input_tensor(request, name)?.ok_or_else(|| ExtractError::CandidateIds {
                 source_name: name.clone(),
                 reason: "the request has no such input".into(),
             })?;
-            t.values
-                .to_ids()
-                .ok_or_else(|| ExtractError::CandidateIds {
+            match t.values {
+                TensorValues::Int32(v) => {
+                    candidate_int_ids = v.into_iter().map(i64::from).collect();
+                    Vec::new()
+                }
+                TensorValues::Int64(v) => {
+                    candidate_int_ids = v;
+                    Vec::new()
+                }
+                values => values.to_ids().ok_or_else(|| ExtractError::CandidateIds {
                     source_name: name.clone(),
                     reason: "ids must be integers or BYTES".into(),
-                })?
+                })?,
+            }
         }
         (None, Some(param)) => match request.parameters.get(param) {
             Some(p) => parameter_string(p)
@@ -276,7 +286,7 @@ pub fn extract(
     }
 
     let rows = if rule.candidate_ids_input.is_some() || rule.candidate_ids_parameter.is_some() {
-        candidate_ids.len()
+        candidate_ids.len() + candidate_int_ids.len()
     } else {
         inputs
             .iter()
@@ -321,6 +331,9 @@ pub fn extract(
             if !candidate_ids.is_empty() {
                 candidate_ids = rows.iter().map(|&r| candidate_ids[r].clone()).collect();
             }
+            if !candidate_int_ids.is_empty() {
+                candidate_int_ids = rows.iter().map(|&r| candidate_int_ids[r]).collect();
+            }
             rows.len()
         }
         None => rows,
@@ -343,6 +356,7 @@ pub fn extract(
         allow_list_version: ctx.allow_list_version.to_owned(),
         row_count: u32::try_from(row_count).unwrap_or(u32::MAX),
         candidate_ids,
+        candidate_int_ids,
         features: features
             .into_iter()
             .map(|c| c.into_feature(selected.as_deref()))
@@ -459,7 +473,8 @@ mod tests {
     fn only_allow_listed_tensors_are_logged_one_row_per_candidate() {
         let log = extract(&rule(), &request(), Some(&response()), ctx()).unwrap();
         assert_eq!(log.row_count, 3);
-        assert_eq!(log.candidate_ids, ["7", "8", "9"]);
+        assert_eq!(log.candidate_int_ids, [7, 8, 9]);
+        assert!(log.candidate_ids.is_empty());
         let names: Vec<_> = log.features.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["user_age", "price", "emb"]);
         let age = &log.features[0];
@@ -484,7 +499,7 @@ mod tests {
         });
         let log = extract(&r, &request(), Some(&response()), ctx()).unwrap();
         assert_eq!(log.row_count, 2);
-        assert_eq!(log.candidate_ids, ["8", "9"]);
+        assert_eq!(log.candidate_int_ids, [8, 9]);
         assert_eq!(
             log.features[1].values.as_ref().unwrap().fp32_values,
             [2.0, 3.0]
@@ -529,5 +544,43 @@ mod tests {
         let a = extract(&rule(), &typed, Some(&response()), ctx()).unwrap();
         let b = extract(&rule(), &raw, Some(&response()), ctx()).unwrap();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn signed_integer_ids_stay_numbers_and_the_others_become_text() {
+        let cases = [
+            (
+                "INT8",
+                TensorValues::Int32(vec![-1, 0, 5]),
+                vec![],
+                vec![-1, 0, 5],
+            ),
+            (
+                "INT32",
+                TensorValues::Int32(vec![1, 2, 3]),
+                vec![],
+                vec![1, 2, 3],
+            ),
+            (
+                "UINT64",
+                TensorValues::Uint64(vec![u64::MAX, 0, 1]),
+                vec!["18446744073709551615", "0", "1"],
+                vec![],
+            ),
+            (
+                "BYTES",
+                TensorValues::Bytes(vec!["a".into(), "b".into(), "c".into()]),
+                vec!["a", "b", "c"],
+                vec![],
+            ),
+        ];
+        for (dt, values, text, ints) in cases {
+            let mut req = request();
+            req.inputs[0] = input("item_id", dt, &[3], &values);
+            let log = extract(&rule(), &req, Some(&response()), ctx()).unwrap();
+            assert_eq!(log.candidate_ids, text, "{dt}");
+            assert_eq!(log.candidate_int_ids, ints, "{dt}");
+            assert_eq!(log.row_count, 3);
+        }
     }
 }
