@@ -585,7 +585,8 @@ impl ServedLog {
             return Err(MalformedLog(format!("{} bytes", raw.len())));
         }
         let mut head = Vec::with_capacity(128);
-        let mut ids = Vec::with_capacity(layouts.last_candidates);
+        // Sized on the first id, for the kind of ids the record has.
+        let mut ids: Vec<(u32, u32)> = Vec::new();
         let mut int_ids: Vec<i64> = Vec::new();
         let mut columns = (Vec::new(), Vec::new());
         let mut cells = (Vec::new(), Vec::new());
@@ -593,6 +594,9 @@ impl ServedLog {
             let field = field?;
             match (field.number, field.wire) {
                 (8, 2) => {
+                    if ids.is_empty() {
+                        ids.reserve(layouts.last_candidates);
+                    }
                     check_utf8(&raw, field.payload)?;
                     let (s, e) = field.payload;
                     ids.push((s as u32, (e - s) as u32));
