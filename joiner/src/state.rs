@@ -19,7 +19,7 @@ use std::sync::Arc;
 use featurelog_schemas::featurelog::v1::FeatureLog;
 
 use crate::event::{Event, EventKind};
-use crate::log::{CandidateIndex, Layouts, ServedLog};
+use crate::log::{CandidateId, CandidateIndex, Layouts, ServedLog, canonical_int};
 
 /// Windows and bounds of the join, in microseconds of event time.
 #[derive(Debug, Clone, PartialEq)]
@@ -597,14 +597,30 @@ impl JoinState {
             };
             self.bytes = self.bytes.saturating_sub(f.bytes);
             self.emitted.remove(&request_id);
+            // Every candidate of every log passes here once: integer ids are compared as
+            // numbers and written as text only for a negative, not formatted 100 times a log.
+            let mut impressed_ints: Vec<i64> = f
+                .impressed
+                .iter()
+                .filter_map(|i| canonical_int(i))
+                .collect();
+            impressed_ints.sort_unstable();
+            let rate = self.config.negatives_rate;
             let mut text = String::new();
             for (i, id) in f.log.candidate_ids().enumerate() {
-                let item = id.text(&mut text);
-                if f.impressed.contains(item) {
+                let impressed = match id {
+                    CandidateId::Int(n) => impressed_ints.binary_search(&n).is_ok(),
+                    CandidateId::Text(t) => f.impressed.contains(t),
+                };
+                if impressed {
                     continue;
                 }
                 self.counts.scored_not_impressed += 1;
-                if negative_sampled(&request_id, item, self.config.negatives_rate) {
+                if rate <= 0.0 {
+                    continue;
+                }
+                let item = id.text(&mut text);
+                if negative_sampled(&request_id, item, rate) {
                     self.counts.negatives += 1;
                     out.push(Row {
                         request_id: request_id.clone(),
@@ -1273,6 +1289,20 @@ mod tests {
         negatives.sort();
         assert_eq!(negatives, ["-7"]);
         assert_eq!(s.counts.scored_not_impressed, 198 + 1);
+
+        // Without negatives, the same count and no rows.
+        let mut s = JoinState::new(config(None));
+        s.add_features(FeatureLog {
+            row_count: 3,
+            candidate_int_ids: vec![-7, 0, 42],
+            ..log("r2", 0, &[])
+        });
+        s.feed(event("r2", "42", 1, EventKind::Impression));
+        s.add_features(log("late-req", 40, &["k"]));
+        let rows = s.feed(event("late-req", "k", 40, EventKind::Impression));
+        assert!(rows.iter().all(|r| r.impression_time_us.is_some()));
+        assert_eq!(s.counts.scored_not_impressed, 2);
+        assert_eq!(s.counts.negatives, 0);
     }
 
     #[test]
