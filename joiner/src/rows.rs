@@ -379,9 +379,10 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
             width,
             decoded(|v| &v.half_bits, |x| bf16_to_f32(x as u16)),
         ),
-        DataType::Fp32 => {
-            primitive::<Float32Type>(rows, key, width, |c, s, e, o| c.log.fp32(c.index, s, e, o))
-        }
+        DataType::Fp32 => match fp32_columns(rows, &[key]).pop() {
+            Some(array) => array,
+            None => Arc::new(PrimitiveArray::<Float32Type>::new(Vec::new().into(), None)),
+        },
         DataType::Fp64 => {
             primitive::<Float64Type>(rows, key, width, |c, s, e, o| c.log.fp64(c.index, s, e, o))
         }
