@@ -710,25 +710,16 @@ async fn router(
 ) -> Result<(), JoinError> {
     let kafka: &KafkaConfig = &config.kafka;
     let group = format!("{}.router", config.group);
-    let instance = static_member_id(&config.instance_name(), &[&config.input.events_topic]);
-    let mut settings = vec![
-        ("group.id", group.as_str()),
-        ("enable.auto.commit", "false"),
-        ("auto.offset.reset", "earliest"),
-        ("isolation.level", "read_committed"),
-        ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
-    ];
-    if config.static_membership {
-        // See the join consumer.
-        settings.push(("group.instance.id", &instance));
-    }
-    let consumer: StreamConsumer<JoinContext> = kafka
-        .client_config(&settings)
-        .create_with_context(JoinContext::default())
-        .map_err(client("creating the router consumer"))?;
-    consumer
-        .subscribe(&[&config.input.events_topic])
-        .map_err(client("subscribing to the events topic"))?;
+    let consumer = group_consumer(
+        &config,
+        &group,
+        &[&config.input.events_topic],
+        &[],
+        (
+            "creating the router consumer",
+            "subscribing to the events topic",
+        ),
+    )?;
     let transactional_id = format!("{}.router.{}", config.group, config.instance_name());
     let producer: BaseProducer = kafka
         .client_config(&[
@@ -962,6 +953,40 @@ fn decode_event(config: &JoinerConfig, payload: &[u8]) -> Result<Event, event::E
 /// topics (the classic group protocol only compares assignors); with the topics in the id, a
 /// process whose configuration changed what it reads joins as a new member instead of
 /// inheriting partitions it no longer reads.
+/// A consumer of `topics` in `group` (offsets committed by the joiner, transactional reads,
+/// statistics for [`JoinContext`]), a static member unless the config says otherwise.
+fn group_consumer(
+    config: &JoinerConfig,
+    group: &str,
+    topics: &[&str],
+    extra: &[(&str, &str)],
+    (creating, subscribing): (&'static str, &'static str),
+) -> Result<StreamConsumer<JoinContext>, JoinError> {
+    let instance = static_member_id(&config.instance_name(), topics);
+    let mut settings = vec![
+        ("group.id", group),
+        ("enable.auto.commit", "false"),
+        ("auto.offset.reset", "earliest"),
+        ("isolation.level", "read_committed"),
+        ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
+    ];
+    settings.extend_from_slice(extra);
+    if config.static_membership {
+        // A process restarted with the same `instance` (after a crash, a deploy) takes its
+        // partitions back at once, without a rebalance that would move every task and make
+        // each new owner restore its state; a process gone for good loses them after
+        // session.timeout.ms (static members do not leave the group when they close).
+        settings.push(("group.instance.id", &instance));
+    }
+    let consumer: StreamConsumer<JoinContext> = config
+        .kafka
+        .client_config(&settings)
+        .create_with_context(JoinContext::default())
+        .map_err(client(creating))?;
+    consumer.subscribe(topics).map_err(client(subscribing))?;
+    Ok(consumer)
+}
+
 fn static_member_id(instance: &str, topics: &[&str]) -> String {
     // Stable across builds (a std hasher is not promised to be): a changed id would cost a
     // restarted process its assignment once.
@@ -1168,30 +1193,17 @@ async fn join(
     } else {
         config.repartition_topic()
     };
-    let instance = static_member_id(&config.instance_name(), &[&features_topic, &events_input]);
-    let mut settings = vec![
-        ("group.id", config.group.as_str()),
+    let consumer = group_consumer(
+        &config,
+        &config.group,
+        &[&features_topic, &events_input],
         // Same-numbered partitions of the two topics go to the same member.
-        ("partition.assignment.strategy", "range"),
-        ("enable.auto.commit", "false"),
-        ("auto.offset.reset", "earliest"),
-        ("isolation.level", "read_committed"),
-        ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
-    ];
-    if config.static_membership {
-        // A process restarted with the same `instance` (after a crash, a deploy) takes its
-        // partitions back at once, without a rebalance that would move every task and make
-        // each new owner restore its state; a process gone for good loses them after
-        // session.timeout.ms (static members do not leave the group when they close).
-        settings.push(("group.instance.id", &instance));
-    }
-    let consumer: StreamConsumer<JoinContext> = kafka
-        .client_config(&settings)
-        .create_with_context(JoinContext::default())
-        .map_err(client("creating the join consumer"))?;
-    consumer
-        .subscribe(&[&features_topic, &events_input])
-        .map_err(client("subscribing to the join inputs"))?;
+        &[("partition.assignment.strategy", "range")],
+        (
+            "creating the join consumer",
+            "subscribing to the join inputs",
+        ),
+    )?;
     let dead_letters: BaseProducer = kafka
         .client_config(&[("enable.idempotence", "true")])
         .create()

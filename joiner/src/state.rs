@@ -599,11 +599,14 @@ impl JoinState {
             self.emitted.remove(&request_id);
             // Every candidate of every log passes here once: integer ids are compared as
             // numbers and written as text only for a negative, not formatted 100 times a log.
-            let mut impressed_ints: Vec<i64> = f
-                .impressed
-                .iter()
-                .filter_map(|i| canonical_int(i))
-                .collect();
+            let mut impressed_ints: Vec<i64> = match f.log.candidate_id(0) {
+                Some(CandidateId::Int(_)) => f
+                    .impressed
+                    .iter()
+                    .filter_map(|i| canonical_int(i))
+                    .collect(),
+                _ => Vec::new(),
+            };
             impressed_ints.sort_unstable();
             let rate = self.config.negatives_rate;
             let mut text = String::new();
