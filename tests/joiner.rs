@@ -514,6 +514,21 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     );
     let read: serde_json::Value = serde_json::from_slice(&out_py.stdout).unwrap();
     assert_eq!(read["rows"].as_array().unwrap().len(), s.expected.len());
+
+    // A task commits as soon as it holds `flush-rows` rows: another group whose flush
+    // interval is an hour still writes every row, exactly once, without waiting for it.
+    let by_rows = s.dir.path().join("dataset-by-rows");
+    let group = s.kafka.unique_group("joiner-by-rows");
+    let config = s.joiner_config("j2", &group, &by_rows);
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "flush-interval = \"300ms\"\n",
+        "flush-interval = \"1h\"\nflush-rows = 1\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let joiner = Joiner::start(&config);
+    let d = wait_for_rows(&by_rows, s.expected.len(), "flush-rows").await;
+    check_exact(&d, &s.expected, "flush-rows");
+    assert!(joiner.terminate().success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -187,6 +187,12 @@ pub struct OutputConfig {
     /// How often each task commits its rows, state and offsets.
     #[serde(default = "default_flush_interval", with = "humantime_serde")]
     pub flush_interval: Duration,
+    /// A task also commits as soon as it holds this many rows, before `flush-interval`. Rows
+    /// keep their feature logs in memory until they are written: this bounds that memory
+    /// when the joiner reads a backlog at full speed (after downtime, or a new consumer
+    /// group), where a whole interval's reading would otherwise wait in memory.
+    #[serde(default = "default_flush_rows")]
+    pub flush_rows: usize,
     /// Rows per Parquet row group.
     #[serde(default = "default_row_group_rows")]
     pub row_group_rows: usize,
@@ -327,6 +333,9 @@ fn default_state_bytes() -> usize {
 fn default_flush_interval() -> Duration {
     Duration::from_secs(10)
 }
+fn default_flush_rows() -> usize {
+    200_000
+}
 fn default_row_group_rows() -> usize {
     64 * 1024
 }
@@ -404,6 +413,9 @@ impl JoinerConfig {
             return Err(err(
                 "output.checkpoints-kept must be at least 2: a restore may still be reading the one before the newest".into(),
             ));
+        }
+        if config.output.flush_rows == 0 {
+            return Err(err("output.flush-rows must be at least 1".into()));
         }
         if config.output.max_file_rows == Some(0) {
             return Err(err("output.max-file-rows must be at least 1".into()));
@@ -571,6 +583,7 @@ mod tests {
                 "only to an s3://",
             ),
             ("path = \"data\"\ncheckpoints-kept = 1", "at least 2"),
+            ("path = \"data\"\nflush-rows = 0", "flush-rows must be at least 1"),
         ] {
             let err = JoinerConfig::from_toml_with_env(
                 Path::new("join.toml"),

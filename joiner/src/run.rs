@@ -1420,6 +1420,11 @@ async fn join(
                     }
                 };
                 task.rows.extend(rows);
+                if task.rows.len() >= config.output.flush_rows
+                    && !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, &metrics))?
+                {
+                    tasks.remove(&p);
+                }
             }
         }
     }
