@@ -52,6 +52,25 @@ struct Args {
     /// the broker's week), `topic` or `state-files` (copies into the state files).
     #[arg(long, default_value = "auto")]
     held_logs: String,
+    /// Requests per second of event time: request i is served at `i / event-rate` seconds after
+    /// the first, its impressions 100 ms later. 0: every request at the same instant, so that
+    /// with the default `--features-wait` no feature log expires during the run and the join
+    /// state only grows (a ramp from empty, every byte of it fresh memory from the kernel).
+    #[arg(long, default_value_t = 0.0)]
+    event_rate: f64,
+    /// The joiner's `join.features-wait`. With `--event-rate`, a wait shorter than the run's
+    /// span of event time makes feature logs expire during it: a steady state in which the
+    /// state holds about `event-rate x features-wait` requests and its memory is reused.
+    #[arg(long, default_value = "1h")]
+    features_wait: String,
+    /// The joiner's `output.flush-rows` (rows a task holds before it commits ahead of its
+    /// flush interval); default: the joiner's.
+    #[arg(long)]
+    flush_rows: Option<usize>,
+    /// Extra librdkafka properties for the joiner (`key=value`, repeatable), as its
+    /// `[kafka.properties]`.
+    #[arg(long = "kafka-property")]
+    kafka_properties: Vec<String>,
     /// The joiner's `input.events-partitioning`: `any` (events keyed by item id into 3
     /// partitions, routed through the repartition topic) or `by-request-id` (events keyed by
     /// request id with murmur2 into the feature-log topic's 4 partitions, read directly).
@@ -101,15 +120,26 @@ fn cpu_seconds() -> f64 {
     featurelog_bench::process_cpu_seconds()
 }
 
+/// When request `i` is served, in microseconds (`--event-rate`).
+fn served_us(args: &Args, i: usize, now_s: i64) -> i64 {
+    let offset = if args.event_rate > 0.0 {
+        (i as f64 * 1e6 / args.event_rate) as i64
+    } else {
+        0
+    };
+    now_s * 1_000_000 + offset
+}
+
 fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {
     let n = args.candidates;
+    let served = served_us(args, i, now_s);
     FeatureLog {
         request_id: format!("bench-{i}"),
         model_name: "ranker".into(),
         model_version: "1".into(),
         served_at: Some(prost_types::Timestamp {
-            seconds: now_s,
-            nanos: 0,
+            seconds: served.div_euclid(1_000_000),
+            nanos: (served.rem_euclid(1_000_000) * 1000) as i32,
         }),
         row_count: n as u32,
         // INT64 ids, as the sidecar logs them (numbers, `candidate_int_ids`).
@@ -165,7 +195,7 @@ async fn produce(
             };
             let body = format!(
                 r#"{{"request_id":"{id}","item_id":"{item}","event_time":{},"event_type":"impression"}}"#,
-                now_s * 1000 + 100
+                served_us(args, i, now_s) / 1000 + 100
             );
             pending.push(
                 producer
@@ -294,19 +324,29 @@ async fn main() -> anyhow::Result<()> {
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let text = format!(
         "group = \"bench-join-{run}\"\n[kafka]\nbootstrap-servers = \"{}\"\n[input]\nfeatures-topic = \"{features}\"\n\
-         events-topic = \"{events}\"\nevents-partitioning = \"{}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"1h\"\n\
-         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n[output]\npath = \"{}\"\nflush-interval = \"{}\"\n\
-         [metrics]\nlisten = \"{metrics_addr}\"\n",
+         events-topic = \"{events}\"\nevents-partitioning = \"{}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"{}\"\n\
+         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n[output]\npath = \"{}\"\nflush-interval = \"{}\"\n{}\
+         [metrics]\nlisten = \"{metrics_addr}\"\n[kafka.properties]\n{}",
         args.kafka,
         args.events_partitioning,
+        args.features_wait,
         args.held_logs,
         dir.path().join("out").display(),
-        args.flush_interval
+        args.flush_interval,
+        args.flush_rows
+            .map_or_else(String::new, |n| format!("flush-rows = {n}\n")),
+        args.kafka_properties
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
+            .collect::<String>(),
     );
     let config =
         JoinerConfig::from_toml_with_env(&dir.path().join("join.toml"), &text, Vec::new())?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let cpu0 = cpu_seconds();
+    let faults0 = featurelog_bench::process_minor_faults();
+    let rss0 = resident_bytes();
     let groups0 = featurelog_bench::cpu_by_thread_group();
     let started = Instant::now();
     let joiner = tokio::spawn(featurelog_joiner::run::run(config, shutdown.clone()));
@@ -324,6 +364,8 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let join_cpu = cpu_seconds() - cpu0;
+    let end_metrics = scrape(metrics_addr).await.unwrap_or_default();
+    let join_faults = featurelog_bench::process_minor_faults() - faults0;
     let groups = featurelog_bench::cpu_by_thread_group();
     let join_wall = started.elapsed().as_secs_f64();
     shutdown.cancel();
@@ -355,6 +397,22 @@ async fn main() -> anyhow::Result<()> {
         by(0),
         by(1),
         by(2)
+    );
+    println!(
+        "join state at the end: {} buffered requests, {:.1} MiB; {} commits; {} candidates expired scored but not impressed",
+        metric(&end_metrics, "featurelog_join_buffered_requests"),
+        metric(&end_metrics, "featurelog_join_state_bytes") / 1048576.0,
+        metric(&end_metrics, "featurelog_join_commits"),
+        metric(
+            &end_metrics,
+            "featurelog_join_outcomes_total{name=\"scored_not_impressed\"}"
+        ),
+    );
+    println!(
+        "join page faults: {join_faults} ({:.1} MiB of memory fresh from the kernel); resident memory {:.1} -> {:.1} MiB",
+        join_faults as f64 * 4096.0 / 1048576.0,
+        rss0 as f64 / 1048576.0,
+        resident_bytes() as f64 / 1048576.0,
     );
 
     // 2. Memory per buffered request, in a fresh process: this one's allocator keeps the

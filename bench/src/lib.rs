@@ -25,6 +25,18 @@ pub fn process_cpu_seconds() -> f64 {
     ticks as f64 / 100.0
 }
 
+/// The process's minor page faults so far (field 10 of `/proc/self/stat`; 0 where that is
+/// unavailable): each one is a page of memory fresh from the kernel, zeroed on first touch.
+pub fn process_minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after
+        .split_whitespace()
+        .nth(7)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Each live thread of process `pid` (`None`: this process): its name and CPU seconds, from
 /// `/proc/<pid>/task/*/comm` and `schedstat`.
 pub fn thread_cpu(pid: Option<u32>) -> Vec<(String, f64)> {
