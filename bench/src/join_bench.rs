@@ -2,7 +2,7 @@
 //! 1. CPU per input record: consuming the FeatureLog and event topics without joining (reading
 //!    only, the baseline of the target; and reading and decoding, for the cost of joining
 //!    proper), against `featurelog join` (router + join + Parquet + checkpoints) on the same
-//!    records.
+//!    records, run in a process of its own as users run it (its own heap and threads).
 //! 2. Memory per buffered request: the join state's estimate and the process's resident memory
 //!    growth while holding feature logs that wait for impressions.
 //! 3. The Parquet stage (`Dataset::stage`: rows to Arrow, zstd Parquet, fsync) against writing
@@ -87,6 +87,15 @@ struct Args {
     /// copying them: the join's per-record decoding cost without Kafka.
     #[arg(long)]
     decode_probe: bool,
+    /// Only run the join's own work in memory, no Kafka: decode the same records, join them in
+    /// one state (as one co-partitioned task) and stage the rows as Parquet; prints CPU per
+    /// stage. What the join costs without consuming, to set against the full run.
+    #[arg(long)]
+    join_probe: bool,
+    /// Run the joiner with this config until killed (the benchmark runs the joiner in a
+    /// process of its own with this, as users run it: its own heap and threads).
+    #[arg(long, hide = true)]
+    run_joiner: Option<std::path::PathBuf>,
 }
 
 fn decode_probe(args: &Args) -> anyhow::Result<()> {
@@ -117,7 +126,7 @@ fn decode_probe(args: &Args) -> anyhow::Result<()> {
 }
 
 fn cpu_seconds() -> f64 {
-    featurelog_bench::process_cpu_seconds()
+    featurelog_bench::process_cpu_seconds(None)
 }
 
 /// When request `i` is served, in microseconds (`--event-rate`).
@@ -261,7 +270,8 @@ fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        // Not `sum`, whose empty float sum is -0.0.
+        .fold(0.0, |a, b| a + b)
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> Option<String> {
@@ -283,6 +293,15 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.memory_probe {
         return memory_probe(&args);
+    }
+    if args.join_probe {
+        return join_probe(&args);
+    }
+    if let Some(path) = &args.run_joiner {
+        let text = std::fs::read_to_string(path)?;
+        let config = JoinerConfig::from_toml_with_env(path, &text, Vec::new())?;
+        featurelog_joiner::run::run(config, tokio_util::sync::CancellationToken::new()).await?;
+        return Ok(());
     }
     anyhow::ensure!(
         !args.kafka.is_empty(),
@@ -341,35 +360,45 @@ async fn main() -> anyhow::Result<()> {
             .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
             .collect::<String>(),
     );
-    let config =
-        JoinerConfig::from_toml_with_env(&dir.path().join("join.toml"), &text, Vec::new())?;
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let cpu0 = cpu_seconds();
-    let faults0 = featurelog_bench::process_minor_faults();
-    let rss0 = resident_bytes();
-    let groups0 = featurelog_bench::cpu_by_thread_group();
+    let config_path = dir.path().join("join.toml");
+    // Checked here, so that a mistake shows as an error rather than a child that never writes.
+    JoinerConfig::from_toml_with_env(&config_path, &text, Vec::new())?;
+    std::fs::write(&config_path, &text)?;
     let started = Instant::now();
-    let joiner = tokio::spawn(featurelog_joiner::run::run(config, shutdown.clone()));
-    loop {
-        let written = scrape(metrics_addr)
-            .await
-            .map_or(0.0, |t| metric(&t, "featurelog_join_rows_written_total"));
-        if written as usize >= impressions {
-            break;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .arg("--run-joiner")
+        .arg(&config_path)
+        .spawn()
+        .context("starting the joiner process")?;
+    let pid = Some(child.id());
+    let measured = async {
+        loop {
+            let written = scrape(metrics_addr)
+                .await
+                .map_or(0.0, |t| metric(&t, "featurelog_join_rows_written_total"));
+            if written as usize >= impressions {
+                return Ok(());
+            }
+            if let Some(status) = child.try_wait()? {
+                anyhow::bail!("the joiner exited ({status}) after writing {written} rows");
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(600),
+                "joiner wrote {written} of {impressions} rows in 600 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(600),
-            "joiner wrote {written} of {impressions} rows in 600 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let join_cpu = cpu_seconds() - cpu0;
+    .await;
+    let join_cpu = featurelog_bench::process_cpu_seconds(pid);
+    let join_faults = featurelog_bench::process_minor_faults(pid);
+    let join_rss = featurelog_bench::resident_bytes(pid);
+    let groups = featurelog_bench::cpu_by_thread_group(pid);
     let end_metrics = scrape(metrics_addr).await.unwrap_or_default();
-    let join_faults = featurelog_bench::process_minor_faults() - faults0;
-    let groups = featurelog_bench::cpu_by_thread_group();
     let join_wall = started.elapsed().as_secs_f64();
-    shutdown.cancel();
-    joiner.await??;
+    child.kill()?;
+    child.wait()?;
+    measured?;
     println!();
     println!("| stage | CPU s | input records per CPU s | joined rows per CPU s |");
     println!("| --- | --- | --- | --- |");
@@ -391,12 +420,10 @@ async fn main() -> anyhow::Result<()> {
         consume_cpu / join_cpu,
         decode_cpu / join_cpu
     );
-    let by = |g: usize| groups[g] - groups0[g];
     println!(
-        "join CPU by thread (threads alive at the end): tokio (router, join, metrics) {:.2} s, librdkafka {:.2} s, other {:.2} s",
-        by(0),
-        by(1),
-        by(2)
+        "join CPU by thread (threads alive at the end): librdkafka {:.2} s, the rest (join loop on the main thread, tokio workers, metrics) {:.2} s",
+        groups[1],
+        groups[0] + groups[2]
     );
     println!(
         "join state at the end: {} buffered requests, {:.1} MiB; {} commits; {} candidates expired scored but not impressed",
@@ -409,10 +436,9 @@ async fn main() -> anyhow::Result<()> {
         ),
     );
     println!(
-        "join page faults: {join_faults} ({:.1} MiB of memory fresh from the kernel); resident memory {:.1} -> {:.1} MiB",
+        "join page faults: {join_faults} ({:.1} MiB of memory fresh from the kernel); resident memory at the end {:.1} MiB",
         join_faults as f64 * 4096.0 / 1048576.0,
-        rss0 as f64 / 1048576.0,
-        resident_bytes() as f64 / 1048576.0,
+        join_rss as f64 / 1048576.0,
     );
 
     // 2. Memory per buffered request, in a fresh process: this one's allocator keeps the
@@ -469,6 +495,78 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn join_probe(args: &Args) -> anyhow::Result<()> {
+    let now_s = 1_764_439_200;
+    let mut input: Vec<(bool, Vec<u8>)> = Vec::new();
+    for i in 0..args.requests {
+        input.push((true, feature_log(args, i, now_s).encode_to_vec()));
+        for k in 0..args.impressions {
+            input.push((
+                false,
+                format!(
+                    r#"{{"request_id":"bench-{i}","item_id":"{}","event_time":{},"event_type":"impression"}}"#,
+                    i * 1000 + k * 3,
+                    served_us(args, i, now_s) / 1000 + 100
+                )
+                .into_bytes(),
+            ));
+        }
+    }
+    let wait_us = humantime::parse_duration(&args.features_wait)?.as_micros() as i64;
+    let fields = featurelog_joiner::event::JsonFields::default();
+    let dir = tempfile::tempdir()?;
+    let ds = Dataset::open(dir.path().join("out"), SinkOptions::default())?;
+    let flush_rows = args.flush_rows.unwrap_or(200_000);
+    for round in 1..=3 {
+        let mut state = JoinState::new(JoinConfig {
+            features_wait_us: wait_us,
+            impressions_wait_us: 3_600_000_000,
+            label_window_us: None,
+            max_out_of_orderness_us: 0,
+            negatives_rate: 0.0,
+            max_bytes: usize::MAX,
+            event_sources: 1,
+        });
+        let (mut ingest, mut stage) = (0.0, 0.0);
+        let mut rows = Vec::new();
+        let mut written = 0;
+        let mut epoch = 0;
+        let cpu0 = cpu_seconds();
+        for (is_log, payload) in &input {
+            let t = Instant::now();
+            if *is_log {
+                let log = ServedLog::decode(payload.clone(), state.layouts())?;
+                rows.extend(state.add_features(log));
+            } else {
+                let e = featurelog_joiner::event::from_json(payload, &fields)?;
+                let time_us = e.time_us;
+                rows.extend(state.add_event(e));
+                rows.extend(state.source_progress(0, time_us));
+            }
+            ingest += t.elapsed().as_secs_f64();
+            if rows.len() >= flush_rows {
+                let t = Instant::now();
+                epoch += 1;
+                ds.stage("probe", epoch, &rows)?;
+                written += rows.len();
+                rows.clear();
+                stage += t.elapsed().as_secs_f64();
+            }
+        }
+        let t = Instant::now();
+        epoch += 1;
+        ds.stage("probe", epoch, &rows)?;
+        written += rows.len();
+        stage += t.elapsed().as_secs_f64();
+        let total = cpu_seconds() - cpu0;
+        println!(
+            "join probe round {round}: {written} rows, {total:.2} CPU s (by wall clock: decode + join {ingest:.2} s, Parquet {stage:.2} s), {} requests left in the state",
+            state.requests()
+        );
+    }
+    Ok(())
+}
+
 /// Fills a join state as the joiner does and prints its memory per request: the state's own
 /// accounting (what its memory bound counts) and the growth of resident memory.
 fn memory_probe(args: &Args) -> anyhow::Result<()> {
@@ -482,14 +580,14 @@ fn memory_probe(args: &Args) -> anyhow::Result<()> {
         event_sources: 1,
     });
     let n = args.requests.min(20_000);
-    let rss_before = resident_bytes();
+    let rss_before = featurelog_bench::resident_bytes(None);
     for i in 0..n {
         // As the joiner reads them from Kafka: packed float values stay in the bytes.
         let raw = feature_log(args, i, 1_764_439_200).encode_to_vec();
         let log = ServedLog::decode(raw, state.layouts())?;
         state.add_features(log);
     }
-    let rss_growth = resident_bytes().saturating_sub(rss_before);
+    let rss_growth = featurelog_bench::resident_bytes(None).saturating_sub(rss_before);
     println!(
         "memory per buffered request ({} candidates x {} features): {:.0} bytes by the state's accounting (the record's bytes plus fixed costs per entry and candidate), {:.0} bytes of resident memory growth",
         args.candidates,
@@ -498,12 +596,4 @@ fn memory_probe(args: &Args) -> anyhow::Result<()> {
         rss_growth as f64 / n as f64,
     );
     Ok(())
-}
-
-/// The process's resident memory, from /proc/self/statm (0 where that is unavailable).
-fn resident_bytes() -> usize {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<usize>().ok())
-        .map_or(0, |pages| pages * 4096)
 }

@@ -7,17 +7,13 @@ pub fn cpu_seconds(pid: Option<u32>) -> f64 {
     thread_cpu(pid).iter().map(|(_, seconds)| seconds).sum()
 }
 
-/// CPU time of this process in seconds, from `/proc/self/stat` (utime + stime, in the kernel's
-/// 100 Hz user ticks). Unlike [`cpu_seconds`], which sums the threads alive when it is called,
-/// it keeps the time of threads that exited in between (a short-lived Kafka admin client,
-/// say), so a measurement cannot miss work that ended early.
-pub fn process_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The command name may hold spaces: fields are counted after its closing parenthesis,
-    // where field 3 (state) comes first and utime, stime are fields 14 and 15.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let ticks: u64 = after
-        .split_whitespace()
+/// CPU time of process `pid` (`None`: this process) in seconds, from `/proc/<pid>/stat`: utime
+/// plus stime, in the kernel's 100 Hz user ticks. Unlike [`cpu_seconds`], which sums the threads
+/// alive when it is called, it keeps the time of threads that exited in between (a short-lived
+/// Kafka admin client, say), so a measurement cannot miss work that ended early.
+pub fn process_cpu_seconds(pid: Option<u32>) -> f64 {
+    let ticks: u64 = stat_fields(pid)
+        .iter()
         .skip(11)
         .take(2)
         .filter_map(|v| v.parse::<u64>().ok())
@@ -25,16 +21,37 @@ pub fn process_cpu_seconds() -> f64 {
     ticks as f64 / 100.0
 }
 
-/// The process's minor page faults so far (field 10 of `/proc/self/stat`; 0 where that is
-/// unavailable): each one is a page of memory fresh from the kernel, zeroed on first touch.
-pub fn process_minor_faults() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    after
-        .split_whitespace()
-        .nth(7)
+/// Minor page faults of process `pid` (`None`: this process) so far (0 where unavailable):
+/// each one is a page of memory fresh from the kernel, zeroed on first touch.
+pub fn process_minor_faults(pid: Option<u32>) -> u64 {
+    stat_fields(pid)
+        .get(7)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// Resident memory of process `pid` (`None`: this process) in bytes, from `/proc/<pid>/statm`
+/// (0 where unavailable).
+pub fn resident_bytes(pid: Option<u32>) -> usize {
+    std::fs::read_to_string(proc_path(pid, "statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn proc_path(pid: Option<u32>, file: &str) -> String {
+    match pid {
+        Some(pid) => format!("/proc/{pid}/{file}"),
+        None => format!("/proc/self/{file}"),
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces), so that
+/// field 3 (state) comes first: utime and stime are at 11 and 12, minflt at 7.
+fn stat_fields(pid: Option<u32>) -> Vec<String> {
+    let stat = std::fs::read_to_string(proc_path(pid, "stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after.split_whitespace().map(str::to_owned).collect()
 }
 
 /// Each live thread of process `pid` (`None`: this process): its name and CPU seconds, from
@@ -58,11 +75,11 @@ pub fn thread_cpu(pid: Option<u32>) -> Vec<(String, f64)> {
     out
 }
 
-/// CPU seconds of this process's live threads by group: tokio workers, librdkafka's threads
+/// CPU seconds of the live threads of process `pid` (`None`: this process) by group: tokio workers, librdkafka's threads
 /// (`rdk:`), and the rest.
-pub fn cpu_by_thread_group() -> [f64; 3] {
+pub fn cpu_by_thread_group(pid: Option<u32>) -> [f64; 3] {
     let mut out = [0.0; 3];
-    for (comm, seconds) in thread_cpu(None) {
+    for (comm, seconds) in thread_cpu(pid) {
         let group = if comm.starts_with("tokio") {
             0
         } else if comm.starts_with("rdk:") {
