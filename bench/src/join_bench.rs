@@ -233,7 +233,7 @@ async fn consume_only(
     topics: &[&str],
     expected: usize,
     decode: bool,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, u64)> {
     let consumer: StreamConsumer = kafka
         .client_config(&[
             (
@@ -246,6 +246,7 @@ async fn consume_only(
         .create()?;
     consumer.subscribe(topics)?;
     let cpu0 = cpu_seconds();
+    let faults0 = featurelog_bench::process_minor_faults(None);
     let mut bytes = 0usize;
     for _ in 0..expected {
         let m = tokio::time::timeout(Duration::from_secs(60), consumer.recv()).await??;
@@ -262,8 +263,9 @@ async fn consume_only(
         }
     }
     let cpu = cpu_seconds() - cpu0;
+    let faults = featurelog_bench::process_minor_faults(None) - faults0;
     std::hint::black_box(bytes);
-    Ok(cpu)
+    Ok((cpu, faults))
 }
 
 fn metric(text: &str, name: &str) -> f64 {
@@ -337,8 +339,10 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // 1. Consume-only baseline, then the joiner, on the same records.
-    let consume_cpu = consume_only(&kafka, &[&features, &events], records, false).await?;
-    let decode_cpu = consume_only(&kafka, &[&features, &events], records, true).await?;
+    let (consume_cpu, consume_faults) =
+        consume_only(&kafka, &[&features, &events], records, false).await?;
+    let (decode_cpu, decode_faults) =
+        consume_only(&kafka, &[&features, &events], records, true).await?;
     let dir = tempfile::tempdir()?;
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let text = format!(
@@ -400,18 +404,20 @@ async fn main() -> anyhow::Result<()> {
     child.wait()?;
     measured?;
     println!();
-    println!("| stage | CPU s | input records per CPU s | joined rows per CPU s |");
-    println!("| --- | --- | --- | --- |");
     println!(
-        "| consume only (baseline) | {consume_cpu:.2} | {:.0} | - |",
+        "| stage | CPU s | input records per CPU s | joined rows per CPU s | minor page faults |"
+    );
+    println!("| --- | --- | --- | --- | --- |");
+    println!(
+        "| consume only (baseline) | {consume_cpu:.2} | {:.0} | - | {consume_faults} |",
         records as f64 / consume_cpu
     );
     println!(
-        "| consume and decode (prost, serde_json) | {decode_cpu:.2} | {:.0} | - |",
+        "| consume and decode (prost, serde_json) | {decode_cpu:.2} | {:.0} | - | {decode_faults} |",
         records as f64 / decode_cpu
     );
     println!(
-        "| featurelog join | {join_cpu:.2} | {:.0} | {:.0} |",
+        "| featurelog join | {join_cpu:.2} | {:.0} | {:.0} | {join_faults} (whole process) |",
         records as f64 / join_cpu,
         impressions as f64 / join_cpu
     );
@@ -532,6 +538,7 @@ fn join_probe(args: &Args) -> anyhow::Result<()> {
         let mut written = 0;
         let mut epoch = 0;
         let cpu0 = cpu_seconds();
+        let faults0 = featurelog_bench::process_minor_faults(None);
         for (is_log, payload) in &input {
             let t = Instant::now();
             if *is_log {
@@ -559,8 +566,9 @@ fn join_probe(args: &Args) -> anyhow::Result<()> {
         written += rows.len();
         stage += t.elapsed().as_secs_f64();
         let total = cpu_seconds() - cpu0;
+        let faults = featurelog_bench::process_minor_faults(None) - faults0;
         println!(
-            "join probe round {round}: {written} rows, {total:.2} CPU s (by wall clock: decode + join {ingest:.2} s, Parquet {stage:.2} s), {} requests left in the state",
+            "join probe round {round}: {written} rows, {total:.2} CPU s (by wall clock: decode + join {ingest:.2} s, Parquet {stage:.2} s), {faults} page faults, {} requests left in the state",
             state.requests()
         );
     }
