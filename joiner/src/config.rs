@@ -583,7 +583,10 @@ mod tests {
                 "only to an s3://",
             ),
             ("path = \"data\"\ncheckpoints-kept = 1", "at least 2"),
-            ("path = \"data\"\nflush-rows = 0", "flush-rows must be at least 1"),
+            (
+                "path = \"data\"\nflush-rows = 0",
+                "flush-rows must be at least 1",
+            ),
         ] {
             let err = JoinerConfig::from_toml_with_env(
                 Path::new("join.toml"),
