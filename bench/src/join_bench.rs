@@ -171,6 +171,30 @@ fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {
     }
 }
 
+/// Impression `k` of request `i`: its item id and its JSON event, 100 ms after the request.
+fn impression(args: &Args, i: usize, k: usize, now_s: i64) -> (String, String) {
+    let item = (i * 1000 + k * 3).to_string();
+    let body = format!(
+        r#"{{"request_id":"bench-{i}","item_id":"{item}","event_time":{},"event_type":"impression"}}"#,
+        served_us(args, i, now_s) / 1000 + 100
+    );
+    (item, body)
+}
+
+/// A join state as the benchmarks fill it: one task's, logs waiting `features_wait_us`,
+/// impressions an hour, no label window, no negatives, no memory bound.
+fn bench_state(features_wait_us: i64) -> JoinState {
+    JoinState::new(JoinConfig {
+        features_wait_us,
+        impressions_wait_us: 3_600_000_000,
+        label_window_us: None,
+        max_out_of_orderness_us: 0,
+        negatives_rate: 0.0,
+        max_bytes: usize::MAX,
+        event_sources: 1,
+    })
+}
+
 async fn produce(
     args: &Args,
     kafka: &KafkaConfig,
@@ -196,16 +220,12 @@ async fn produce(
                 .map_err(|(e, _)| e)?,
         );
         for k in 0..args.impressions {
-            let item = (i * 1000 + k * 3).to_string();
+            let (item, body) = impression(args, i, k, now_s);
             let event_key = if args.events_partitioning == "by-request-id" {
                 &id
             } else {
                 &item
             };
-            let body = format!(
-                r#"{{"request_id":"{id}","item_id":"{item}","event_time":{},"event_type":"impression"}}"#,
-                served_us(args, i, now_s) / 1000 + 100
-            );
             pending.push(
                 producer
                     .send_result(FutureRecord::to(events).key(event_key).payload(&body))
@@ -507,15 +527,7 @@ fn join_probe(args: &Args) -> anyhow::Result<()> {
     for i in 0..args.requests {
         input.push((true, feature_log(args, i, now_s).encode_to_vec()));
         for k in 0..args.impressions {
-            input.push((
-                false,
-                format!(
-                    r#"{{"request_id":"bench-{i}","item_id":"{}","event_time":{},"event_type":"impression"}}"#,
-                    i * 1000 + k * 3,
-                    served_us(args, i, now_s) / 1000 + 100
-                )
-                .into_bytes(),
-            ));
+            input.push((false, impression(args, i, k, now_s).1.into_bytes()));
         }
     }
     let wait_us = humantime::parse_duration(&args.features_wait)?.as_micros() as i64;
@@ -524,15 +536,7 @@ fn join_probe(args: &Args) -> anyhow::Result<()> {
     let ds = Dataset::open(dir.path().join("out"), SinkOptions::default())?;
     let flush_rows = args.flush_rows.unwrap_or(200_000);
     for round in 1..=3 {
-        let mut state = JoinState::new(JoinConfig {
-            features_wait_us: wait_us,
-            impressions_wait_us: 3_600_000_000,
-            label_window_us: None,
-            max_out_of_orderness_us: 0,
-            negatives_rate: 0.0,
-            max_bytes: usize::MAX,
-            event_sources: 1,
-        });
+        let mut state = bench_state(wait_us);
         let (mut ingest, mut stage) = (0.0, 0.0);
         let mut rows = Vec::new();
         let mut written = 0;
@@ -578,15 +582,7 @@ fn join_probe(args: &Args) -> anyhow::Result<()> {
 /// Fills a join state as the joiner does and prints its memory per request: the state's own
 /// accounting (what its memory bound counts) and the growth of resident memory.
 fn memory_probe(args: &Args) -> anyhow::Result<()> {
-    let mut state = JoinState::new(JoinConfig {
-        features_wait_us: 3_600_000_000,
-        impressions_wait_us: 3_600_000_000,
-        label_window_us: None,
-        max_out_of_orderness_us: 0,
-        negatives_rate: 0.0,
-        max_bytes: usize::MAX,
-        event_sources: 1,
-    });
+    let mut state = bench_state(3_600_000_000);
     let n = args.requests.min(20_000);
     let rss_before = featurelog_bench::resident_bytes(None);
     for i in 0..n {
