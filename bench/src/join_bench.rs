@@ -100,7 +100,7 @@ struct Args {
 
 fn decode_probe(args: &Args) -> anyhow::Result<()> {
     let logs: Vec<Vec<u8>> = (0..args.requests)
-        .map(|i| feature_log(args, i, 1_764_439_200).encode_to_vec())
+        .map(|i| feature_log(args, i).encode_to_vec())
         .collect();
     let n = logs.len().max(1) as f64;
     for round in 1..=7 {
@@ -129,19 +129,22 @@ fn cpu_seconds() -> f64 {
     featurelog_bench::process_cpu_seconds(None)
 }
 
+/// When the first request is served (2025-11-29T18:00:00Z), in seconds.
+const FIRST_SERVED_S: i64 = 1_764_439_200;
+
 /// When request `i` is served, in microseconds (`--event-rate`).
-fn served_us(args: &Args, i: usize, now_s: i64) -> i64 {
+fn served_us(args: &Args, i: usize) -> i64 {
     let offset = if args.event_rate > 0.0 {
         (i as f64 * 1e6 / args.event_rate) as i64
     } else {
         0
     };
-    now_s * 1_000_000 + offset
+    FIRST_SERVED_S * 1_000_000 + offset
 }
 
-fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {
+fn feature_log(args: &Args, i: usize) -> FeatureLog {
     let n = args.candidates;
-    let served = served_us(args, i, now_s);
+    let served = served_us(args, i);
     FeatureLog {
         request_id: format!("bench-{i}"),
         model_name: "ranker".into(),
@@ -172,11 +175,11 @@ fn feature_log(args: &Args, i: usize, now_s: i64) -> FeatureLog {
 }
 
 /// Impression `k` of request `i`: its item id and its JSON event, 100 ms after the request.
-fn impression(args: &Args, i: usize, k: usize, now_s: i64) -> (String, String) {
+fn impression(args: &Args, i: usize, k: usize) -> (String, String) {
     let item = (i * 1000 + k * 3).to_string();
     let body = format!(
         r#"{{"request_id":"bench-{i}","item_id":"{item}","event_time":{},"event_type":"impression"}}"#,
-        served_us(args, i, now_s) / 1000 + 100
+        served_us(args, i) / 1000 + 100
     );
     (item, body)
 }
@@ -208,11 +211,10 @@ async fn produce(
             ("compression.type", "zstd"),
         ])
         .create()?;
-    let now_s = 1_764_439_200;
     let mut pending = Vec::new();
     let mut impressions = 0;
     for i in 0..args.requests {
-        let log = feature_log(args, i, now_s).encode_to_vec();
+        let log = feature_log(args, i).encode_to_vec();
         let id = format!("bench-{i}");
         pending.push(
             producer
@@ -220,7 +222,7 @@ async fn produce(
                 .map_err(|(e, _)| e)?,
         );
         for k in 0..args.impressions {
-            let (item, body) = impression(args, i, k, now_s);
+            let (item, body) = impression(args, i, k);
             let event_key = if args.events_partitioning == "by-request-id" {
                 &id
             } else {
@@ -329,6 +331,14 @@ async fn main() -> anyhow::Result<()> {
         !args.kafka.is_empty(),
         "set --kafka or FEATURELOG_KAFKA (scripts/kafka.sh start gives a broker)"
     );
+    let properties = args
+        .kafka_properties
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .with_context(|| format!("--kafka-property {kv}: expected key=value"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let kafka = KafkaConfig::new(&args.kafka);
     let run = std::process::id();
     let (features, events) = (
@@ -378,9 +388,8 @@ async fn main() -> anyhow::Result<()> {
         args.flush_interval,
         args.flush_rows
             .map_or_else(String::new, |n| format!("flush-rows = {n}\n")),
-        args.kafka_properties
+        properties
             .iter()
-            .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
             .collect::<String>(),
     );
@@ -417,7 +426,7 @@ async fn main() -> anyhow::Result<()> {
     let join_cpu = featurelog_bench::process_cpu_seconds(pid);
     let join_faults = featurelog_bench::process_minor_faults(pid);
     let join_rss = featurelog_bench::resident_bytes(pid);
-    let groups = featurelog_bench::cpu_by_thread_group(pid);
+    let (librdkafka_cpu, rest_cpu) = featurelog_bench::librdkafka_and_other_cpu(pid);
     let end_metrics = scrape(metrics_addr).await.unwrap_or_default();
     let join_wall = started.elapsed().as_secs_f64();
     child.kill()?;
@@ -448,8 +457,7 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "join CPU by thread (threads alive at the end): librdkafka {:.2} s, the rest (join loop on the main thread, tokio workers, metrics) {:.2} s",
-        groups[1],
-        groups[0] + groups[2]
+        librdkafka_cpu, rest_cpu
     );
     println!(
         "join state at the end: {} buffered requests, {:.1} MiB; {} commits; {} candidates expired scored but not impressed",
@@ -483,7 +491,7 @@ async fn main() -> anyhow::Result<()> {
 
     // 3. The Parquet stage against arrow's writer alone, on the same rows.
     let log = Arc::new(ServedLog::decode(
-        feature_log(&args, 0, 1_764_439_200).encode_to_vec(),
+        feature_log(&args, 0).encode_to_vec(),
         &mut Layouts::default(),
     )?);
     let rows: Vec<Row> = (0..100_000)
@@ -492,7 +500,7 @@ async fn main() -> anyhow::Result<()> {
             item_id: (i % args.candidates).to_string(),
             features: log.clone(),
             row: i % args.candidates,
-            impression_time_us: Some(1_764_439_200_000_000),
+            impression_time_us: Some(FIRST_SERVED_S * 1_000_000),
             labels: Labels::default(),
         })
         .collect();
@@ -522,19 +530,20 @@ async fn main() -> anyhow::Result<()> {
 }
 
 fn join_probe(args: &Args) -> anyhow::Result<()> {
-    let now_s = 1_764_439_200;
     let mut input: Vec<(bool, Vec<u8>)> = Vec::new();
     for i in 0..args.requests {
-        input.push((true, feature_log(args, i, now_s).encode_to_vec()));
+        input.push((true, feature_log(args, i).encode_to_vec()));
         for k in 0..args.impressions {
-            input.push((false, impression(args, i, k, now_s).1.into_bytes()));
+            input.push((false, impression(args, i, k).1.into_bytes()));
         }
     }
     let wait_us = humantime::parse_duration(&args.features_wait)?.as_micros() as i64;
     let fields = featurelog_joiner::event::JsonFields::default();
     let dir = tempfile::tempdir()?;
     let ds = Dataset::open(dir.path().join("out"), SinkOptions::default())?;
-    let flush_rows = args.flush_rows.unwrap_or(200_000);
+    let flush_rows = args
+        .flush_rows
+        .unwrap_or(featurelog_joiner::config::DEFAULT_FLUSH_ROWS);
     for round in 1..=3 {
         let mut state = bench_state(wait_us);
         let (mut ingest, mut stage) = (0.0, 0.0);
@@ -587,7 +596,7 @@ fn memory_probe(args: &Args) -> anyhow::Result<()> {
     let rss_before = featurelog_bench::resident_bytes(None);
     for i in 0..n {
         // As the joiner reads them from Kafka: packed float values stay in the bytes.
-        let raw = feature_log(args, i, 1_764_439_200).encode_to_vec();
+        let raw = feature_log(args, i).encode_to_vec();
         let log = ServedLog::decode(raw, state.layouts())?;
         state.add_features(log);
     }

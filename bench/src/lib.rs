@@ -75,19 +75,16 @@ pub fn thread_cpu(pid: Option<u32>) -> Vec<(String, f64)> {
     out
 }
 
-/// CPU seconds of the live threads of process `pid` (`None`: this process) by group: tokio workers, librdkafka's threads
-/// (`rdk:`), and the rest.
-pub fn cpu_by_thread_group(pid: Option<u32>) -> [f64; 3] {
-    let mut out = [0.0; 3];
-    for (comm, seconds) in thread_cpu(pid) {
-        let group = if comm.starts_with("tokio") {
-            0
-        } else if comm.starts_with("rdk:") {
-            1
-        } else {
-            2
-        };
-        out[group] += seconds;
-    }
-    out
+/// CPU seconds of the live threads of process `pid` (`None`: this process): librdkafka's
+/// (`rdk:`), and all the others.
+pub fn librdkafka_and_other_cpu(pid: Option<u32>) -> (f64, f64) {
+    thread_cpu(pid)
+        .into_iter()
+        .fold((0.0, 0.0), |(rdk, other), (comm, seconds)| {
+            if comm.starts_with("rdk:") {
+                (rdk + seconds, other)
+            } else {
+                (rdk, other + seconds)
+            }
+        })
 }

@@ -333,8 +333,10 @@ fn default_state_bytes() -> usize {
 fn default_flush_interval() -> Duration {
     Duration::from_secs(10)
 }
+/// `output.flush-rows` when the config does not set it.
+pub const DEFAULT_FLUSH_ROWS: usize = 200_000;
 fn default_flush_rows() -> usize {
-    200_000
+    DEFAULT_FLUSH_ROWS
 }
 fn default_row_group_rows() -> usize {
     64 * 1024
