@@ -2,7 +2,9 @@
 //! 1. CPU per input record: consuming the FeatureLog and event topics without joining (reading
 //!    only, the baseline of the target; and reading and decoding, for the cost of joining
 //!    proper), against `featurelog join` (router + join + Parquet + checkpoints) on the same
-//!    records, run in a process of its own as users run it (its own heap and threads).
+//!    records, run in a process of its own as users run it (its own heap and threads). The
+//!    baselines run in processes of their own too and all three are measured whole, so that
+//!    the ratio compares like with like.
 //! 2. Memory per buffered request: the join state's estimate and the process's resident memory
 //!    growth while holding feature logs that wait for impressions.
 //! 3. The Parquet stage (`Dataset::stage`: rows to Arrow, zstd Parquet, fsync) against writing
@@ -96,6 +98,11 @@ struct Args {
     /// process of its own with this, as users run it: its own heap and threads).
     #[arg(long, hide = true)]
     run_joiner: Option<std::path::PathBuf>,
+    /// Consume `<features topic>,<events topic>,<records>,<decode: true|false>` to the end in
+    /// this process, then print the whole process's CPU seconds and page faults (the benchmark
+    /// runs its baselines in a process of their own with this, measured as the joiner is).
+    #[arg(long, hide = true)]
+    run_consume: Option<String>,
 }
 
 fn decode_probe(args: &Args) -> anyhow::Result<()> {
@@ -290,6 +297,56 @@ async fn consume_only(
     Ok((cpu, faults))
 }
 
+/// The child side of [`consume_in_own_process`]: consumes, then reports the whole process.
+async fn run_consume(args: &Args, spec: &str) -> anyhow::Result<()> {
+    let parts: Vec<&str> = spec.split(',').collect();
+    let [features, events, records, decode] = parts[..] else {
+        anyhow::bail!("--run-consume {spec}: expected features,events,records,decode");
+    };
+    let kafka = KafkaConfig::new(&args.kafka);
+    consume_only(
+        &kafka,
+        &[features, events],
+        records.parse()?,
+        decode.parse()?,
+    )
+    .await?;
+    println!(
+        "{} {}",
+        featurelog_bench::process_cpu_seconds(None),
+        featurelog_bench::process_minor_faults(None)
+    );
+    Ok(())
+}
+
+/// A baseline measured as the joiner is: a fresh process of its own (its own heap, so its
+/// memory comes fresh from the kernel as the joiner's does), its CPU counted from its start
+/// (creating the consumer and joining the group included) to the last record read.
+fn consume_in_own_process(
+    args: &Args,
+    topics: [&str; 2],
+    records: usize,
+    decode: bool,
+) -> anyhow::Result<(f64, u64)> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["--kafka", &args.kafka, "--run-consume"])
+        .arg(format!("{},{},{records},{decode}", topics[0], topics[1]))
+        .output()
+        .context("running the consume-only baseline process")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the consume-only baseline process failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let (cpu, faults) = text
+        .trim()
+        .split_once(' ')
+        .with_context(|| format!("baseline process printed {text:?}"))?;
+    Ok((cpu.parse()?, faults.parse()?))
+}
+
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))
@@ -320,6 +377,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.join_probe {
         return join_probe(&args);
+    }
+    if let Some(spec) = &args.run_consume {
+        return run_consume(&args, spec).await;
     }
     if let Some(path) = &args.run_joiner {
         let text = std::fs::read_to_string(path)?;
@@ -373,6 +433,10 @@ async fn main() -> anyhow::Result<()> {
         consume_only(&kafka, &[&features, &events], records, false).await?;
     let (decode_cpu, decode_faults) =
         consume_only(&kafka, &[&features, &events], records, true).await?;
+    let (own_cpu, own_faults) =
+        consume_in_own_process(&args, [&features, &events], records, false)?;
+    let (own_decode_cpu, own_decode_faults) =
+        consume_in_own_process(&args, [&features, &events], records, true)?;
     let dir = tempfile::tempdir()?;
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let text = format!(
@@ -438,20 +502,30 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("| --- | --- | --- | --- | --- |");
     println!(
-        "| consume only (baseline) | {consume_cpu:.2} | {:.0} | - | {consume_faults} |",
+        "| consume only, own process (the baseline) | {own_cpu:.2} | {:.0} | - | {own_faults} |",
+        records as f64 / own_cpu
+    );
+    println!(
+        "| consume and decode (prost, serde_json), own process | {own_decode_cpu:.2} | {:.0} | - | {own_decode_faults} |",
+        records as f64 / own_decode_cpu
+    );
+    println!(
+        "| consume only, loop only in the bench's process | {consume_cpu:.2} | {:.0} | - | {consume_faults} |",
         records as f64 / consume_cpu
     );
     println!(
-        "| consume and decode (prost, serde_json) | {decode_cpu:.2} | {:.0} | - | {decode_faults} |",
+        "| consume and decode, loop only in the bench's process | {decode_cpu:.2} | {:.0} | - | {decode_faults} |",
         records as f64 / decode_cpu
     );
     println!(
-        "| featurelog join | {join_cpu:.2} | {:.0} | {:.0} | {join_faults} (whole process) |",
+        "| featurelog join, own process | {join_cpu:.2} | {:.0} | {:.0} | {join_faults} |",
         records as f64 / join_cpu,
         impressions as f64 / join_cpu
     );
     println!(
-        "joiner throughput per core / consume-only: {:.3} (target >= 0.5); / consume-and-decode: {:.3}; wall {join_wall:.1} s (includes waiting for flushes)",
+        "joiner throughput per core / consume-only: {:.3} (target >= 0.5); / consume-and-decode: {:.3}; both measured as the joiner is, whole processes (loop only in the bench's process: {:.3} and {:.3}); wall {join_wall:.1} s (includes waiting for flushes)",
+        own_cpu / join_cpu,
+        own_decode_cpu / join_cpu,
         consume_cpu / join_cpu,
         decode_cpu / join_cpu
     );
