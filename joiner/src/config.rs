@@ -419,6 +419,12 @@ impl JoinerConfig {
         if config.output.flush_rows == 0 {
             return Err(err("output.flush-rows must be at least 1".into()));
         }
+        if let Err(e) = parquet::basic::ZstdLevel::try_new(config.output.zstd_level) {
+            return Err(err(format!(
+                "output.zstd-level {} is not a level the Parquet writer accepts: {e}",
+                config.output.zstd_level
+            )));
+        }
         if config.output.max_file_rows == Some(0) {
             return Err(err("output.max-file-rows must be at least 1".into()));
         }
@@ -589,6 +595,15 @@ mod tests {
                 "path = \"data\"\nflush-rows = 0",
                 "flush-rows must be at least 1",
             ),
+            (
+                "path = \"data\"\nzstd-level = 0",
+                "output.zstd-level 0 is not a level",
+            ),
+            (
+                "path = \"data\"\nzstd-level = 23",
+                "output.zstd-level 23 is not a level",
+            ),
+            ("path = \"data\"\nzstd-level = -1", "output.zstd-level -1"),
         ] {
             let err = JoinerConfig::from_toml_with_env(
                 Path::new("join.toml"),

@@ -56,6 +56,16 @@ pub enum EventError {
     /// The event type is not one the joiner knows and no name was given.
     #[error("unknown event type {0:?}")]
     EventType(String),
+    /// The event time is a valid time outside the window the joiner accepts
+    /// ([`EVENT_TIME_WINDOW`]): most likely a unit mix-up, such as microseconds in an
+    /// epoch-milliseconds field.
+    #[error("field {field:?}: event time {value} is outside {EVENT_TIME_WINDOW}")]
+    TimeOutOfRange {
+        /// The field name as configured.
+        field: String,
+        /// The value as the event gave it.
+        value: String,
+    },
 }
 
 impl EventError {
@@ -66,8 +76,50 @@ impl EventError {
             EventError::Json(_) => "bad_json",
             EventError::Field { .. } => "bad_field",
             EventError::EventType(_) => "unknown_event_type",
+            EventError::TimeOutOfRange { .. } => "event_time_out_of_range",
         }
     }
+}
+
+/// The earliest event time accepted, in seconds since the Unix epoch: 1970-01-01T00:00:00Z.
+pub const MIN_EVENT_TIME_S: i64 = 0;
+/// The first event time refused, in seconds since the Unix epoch: 2200-01-01T00:00:00Z. A fixed
+/// bound, not the wall clock, so that replays of old data join as they did.
+pub const END_EVENT_TIME_S: i64 = 7_258_118_400;
+/// [`MIN_EVENT_TIME_S`]..[`END_EVENT_TIME_S`] as text, for errors.
+pub const EVENT_TIME_WINDOW: &str = "1970-01-01T00:00:00Z..2200-01-01T00:00:00Z";
+
+/// Why [`event_time_us`] refused a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimeError {
+    /// The sub-second part is not in 0..1_000_000_000 nanoseconds.
+    Nanos,
+    /// Outside [`EVENT_TIME_WINDOW`].
+    OutOfRange,
+}
+
+/// The one way an event time enters the joiner: `seconds` since the Unix epoch plus `nanos`
+/// (0..1_000_000_000) into that second, as microseconds, when inside [`EVENT_TIME_WINDOW`].
+/// Times outside it would pin watermarks in the far future and never expire.
+fn event_time_us(seconds: i64, nanos: i64) -> Result<i64, TimeError> {
+    if !(0..1_000_000_000).contains(&nanos) {
+        return Err(TimeError::Nanos);
+    }
+    if !(MIN_EVENT_TIME_S..END_EVENT_TIME_S).contains(&seconds) {
+        return Err(TimeError::OutOfRange);
+    }
+    seconds
+        .checked_mul(1_000_000)
+        .and_then(|us| us.checked_add(nanos / 1000))
+        .ok_or(TimeError::OutOfRange)
+}
+
+/// Microseconds since the Unix epoch of a timestamp of data the joiner already validated (or
+/// wrote itself), saturating rather than overflowing on a value no valid record has.
+pub(crate) fn saturating_us(t: &prost_types::Timestamp) -> i64 {
+    t.seconds
+        .saturating_mul(1_000_000)
+        .saturating_add(i64::from(t.nanos / 1000))
 }
 
 /// The field names of JSON events.
@@ -147,10 +199,20 @@ pub fn from_impression(m: Impression) -> Result<Event, EventError> {
             )));
         }
     };
+    let time_us = event_time_us(t.seconds, i64::from(t.nanos)).map_err(|e| match e {
+        TimeError::Nanos => EventError::Field {
+            field: "event_time".into(),
+            problem: format!("nanos {} is outside 0..1000000000", t.nanos),
+        },
+        TimeError::OutOfRange => EventError::TimeOutOfRange {
+            field: "event_time".into(),
+            value: format!("{}s {}ns", t.seconds, t.nanos),
+        },
+    })?;
     Ok(Event {
         request_id: m.request_id,
         item_id: m.item_id,
-        time_us: t.seconds.saturating_mul(1_000_000) + i64::from(t.nanos / 1000),
+        time_us,
         kind,
         labels: m.labels.into_iter().collect(),
     })
@@ -176,19 +238,30 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
             }),
         }
     };
+    let out_of_range = |value: String| EventError::TimeOutOfRange {
+        field: fields.event_time.clone(),
+        value,
+    };
     let time_us = match field(picked.event_time, &fields.event_time)? {
-        serde_json::Value::Number(n) => {
-            n.as_i64()
-                .and_then(|ms| ms.checked_mul(1000))
-                .ok_or_else(|| EventError::Field {
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(ms) => event_time_us(ms.div_euclid(1000), ms.rem_euclid(1000) * 1_000_000)
+                .map_err(|_| out_of_range(n.to_string()))?,
+            // An integer past i64::MAX milliseconds.
+            None if n.is_u64() => return Err(out_of_range(n.to_string())),
+            None => {
+                return Err(EventError::Field {
                     field: fields.event_time.clone(),
                     problem: format!("{n} is not epoch milliseconds"),
-                })?
+                });
+            }
+        },
+        serde_json::Value::String(s) => {
+            let (seconds, nanos) = parse_rfc3339(&s).ok_or_else(|| EventError::Field {
+                field: fields.event_time.clone(),
+                problem: format!("{s:?} is not RFC 3339 (2026-11-29T18:00:00Z)"),
+            })?;
+            event_time_us(seconds, nanos).map_err(|_| out_of_range(format!("{s:?}")))?
         }
-        serde_json::Value::String(s) => parse_rfc3339_us(&s).ok_or_else(|| EventError::Field {
-            field: fields.event_time.clone(),
-            problem: format!("{s:?} is not RFC 3339 (2026-11-29T18:00:00Z)"),
-        })?,
         other => {
             return Err(EventError::Field {
                 field: fields.event_time.clone(),
@@ -327,42 +400,49 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` into epoch microseconds.
-fn parse_rfc3339_us(s: &str) -> Option<i64> {
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` into seconds since the Unix epoch and
+/// nanoseconds into that second (digits past the ninth are ignored). Works on bytes: any text,
+/// whatever characters it holds, is either a time or `None`.
+fn parse_rfc3339(s: &str) -> Option<(i64, i64)> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+    let num = |at: std::ops::Range<usize>| digits(b.get(at)?);
+    let is = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
+    if !(is(4, b"-") && is(7, b"-") && is(10, b"Tt ") && is(13, b":") && is(16, b":")) {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         return None;
     }
-    let mut rest = &s[19..];
-    let mut micros = 0i64;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
+    let mut rest = b.get(19..)?;
+    let mut nanos = 0i64;
+    if let Some(frac) = rest.strip_prefix(b".") {
+        let count = frac.iter().take_while(|c| c.is_ascii_digit()).count();
+        if count == 0 {
             return None;
         }
-        let padded: String = frac[..digits]
-            .chars()
-            .chain("000000".chars())
-            .take(6)
-            .collect();
-        micros = padded.parse().ok()?;
-        rest = &frac[digits..];
+        let (frac, after) = frac.split_at_checked(count)?;
+        nanos = frac
+            .iter()
+            .chain(std::iter::repeat(&b'0'))
+            .take(9)
+            .fold(0, |n, &c| n * 10 + i64::from(c - b'0'));
+        rest = after;
     }
     let offset_s = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) => {
-            let sign = if rest.starts_with('-') { -1 } else { 1 };
-            sign * (rest[1..3].parse::<i64>().ok()? * 3600 + rest[4..6].parse::<i64>().ok()? * 60)
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), h0, h1, b':', m0, m1] => {
+            let (oh, om) = (digits(&[*h0, *h1])?, digits(&[*m0, *m1])?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let sign = if *sign == b'-' { -1 } else { 1 };
+            sign * (oh * 3600 + om * 60)
         }
         _ => return None,
     };
-    // Days from civil (Howard Hinnant's algorithm).
+    // Days from civil (Howard Hinnant's algorithm). Every number is bounded by 4-digit years.
     let y = if mo <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -370,7 +450,17 @@ fn parse_rfc3339_us(s: &str) -> Option<i64> {
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + h * 3600 + mi * 60 + se) - offset_s) * 1_000_000 + micros)
+    Some((days * 86_400 + h * 3600 + mi * 60 + se - offset_s, nanos))
+}
+
+/// The decimal number a run of ASCII digits spells (no sign, at most 4 of them here).
+fn digits(text: &[u8]) -> Option<i64> {
+    if text.is_empty() {
+        return None;
+    }
+    text.iter().try_fold(0i64, |n, &c| {
+        c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
+    })
 }
 
 #[cfg(test)]
@@ -494,15 +584,151 @@ mod tests {
 
     #[test]
     fn rfc3339_matches_known_instants() {
-        assert_eq!(parse_rfc3339_us("1970-01-01T00:00:00Z"), Some(0));
+        let us = |s: &str| parse_rfc3339(s).map(|(s, ns)| s * 1_000_000 + ns / 1000);
+        assert_eq!(us("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(us("2000-03-01T00:00:00Z"), Some(951_868_800_000_000));
+        assert_eq!(us("2025-11-29T18:00:00.25Z"), Some(1_764_439_200_250_000));
         assert_eq!(
-            parse_rfc3339_us("2000-03-01T00:00:00Z"),
-            Some(951_868_800_000_000)
+            us("2025-11-29T19:30:00.123456789+01:30"),
+            Some(1_764_439_200_123_456)
         );
         assert_eq!(
-            parse_rfc3339_us("2025-11-29T18:00:00.25Z"),
-            Some(1_764_439_200_250_000)
+            us("2025-11-29 16:00:00.0000001-02:00"),
+            Some(1_764_439_200_000_000)
         );
-        assert_eq!(parse_rfc3339_us("2026-13-29T18:00:00Z"), None);
+        assert_eq!(
+            parse_rfc3339("2200-01-01T00:00:00Z"),
+            Some((END_EVENT_TIME_S, 0))
+        );
+        assert_eq!(us("2026-13-29T18:00:00Z"), None);
+    }
+
+    /// Event times in JSON with a malformed offset or other bytes where digits belong, non-ASCII
+    /// characters included: each is refused as a bad field, none panics (slicing text by byte
+    /// positions used to panic inside a multi-byte character).
+    #[test]
+    fn malformed_rfc3339_times_are_bad_fields_not_panics() {
+        let f = JsonFields::default();
+        for time in [
+            "2025-11-29T18:00:00+0é00",
+            "2025-11-29T18:00:00+00é0",
+            "2025-11-29T18:00:00+é:00",
+            "2025-11-29T18:00:00+00:é",
+            "2025-11-29T18:00:00é0:00",
+            "2025-11-29T18:00:00.5+0é00",
+            "2025-11-29T18:00:00.é",
+            "2025-11-29T18:00:00+01x00",
+            "2025-11-29T18:00:00+1:000",
+            "2025-11-29T18:00:00+-1:00",
+            "2025-11-29T18:00:00++1:00",
+            "2025-11-29T18:00:00+24:00",
+            "2025-11-29T18:00:00+01:60",
+            "2025-11-29T18:00:00+01:00Z",
+            "2025-11-29T18:00:00+01",
+            "2025-11-29T18:00:00+",
+            "2025-11-29T18:00:00",
+            "2025-11-29T18:00:00.Z",
+            "2025-11-29T+8:00:00Z",
+            "2025-11-29T18x00x00Z",
+            "2025-11-29T18:00:0éZ",
+            "2025-1é-29T18:00:00Z",
+            "é025-11-29T18:00:00Z",
+            "2025-11-29T18:00:00ZZ",
+            "2025-11-29T18:00:00Zé",
+        ] {
+            let payload = format!(
+                r#"{{"request_id":"r","item_id":"i","event_time":"{time}","event_type":"click"}}"#
+            );
+            let err = from_json(payload.as_bytes(), &f).unwrap_err();
+            assert_eq!(err.reason(), "bad_field", "{time:?}: {err}");
+        }
+    }
+
+    /// Event times before 1970 or from 2200 on, however they come, are refused with their own
+    /// reason: microseconds in an epoch-milliseconds field (the year ~57,000) used to pass and
+    /// pin the watermark in the far future.
+    #[test]
+    fn event_times_outside_the_window_are_refused_and_say_so() {
+        let f = JsonFields::default();
+        let json = |time: &str| {
+            from_json(
+                format!(
+                    r#"{{"request_id":"r","item_id":"i","event_time":{time},"event_type":"click"}}"#
+                )
+                .as_bytes(),
+                &f,
+            )
+        };
+        for time in [
+            "1764439200123000",
+            "7258118400000",
+            "-1",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "18446744073709551615",
+            r#""2200-01-01T00:00:00Z""#,
+            r#""9999-12-31T23:59:59.999999Z""#,
+            r#""1969-12-31T23:59:59.999999Z""#,
+            r#""1970-01-01T00:30:00+01:00""#,
+            r#""0000-01-01T00:00:00Z""#,
+        ] {
+            let err = json(time).unwrap_err();
+            assert_eq!(err.reason(), "event_time_out_of_range", "{time}: {err}");
+            assert!(err.to_string().contains(EVENT_TIME_WINDOW), "{err}");
+        }
+        // The edges of the window, and fractions of a millisecond that are not integers.
+        assert_eq!(json("0").map(|e| e.time_us), Ok(0));
+        assert_eq!(
+            json("7258118399999").map(|e| e.time_us),
+            Ok(7_258_118_399_999_000)
+        );
+        assert_eq!(
+            json(r#""2199-12-31T23:59:59.999999Z""#).map(|e| e.time_us),
+            Ok(7_258_118_399_999_999)
+        );
+        assert_eq!(json("1.5e12").unwrap_err().reason(), "bad_field");
+
+        let impression = |seconds: i64, nanos: i32| {
+            from_impression(Impression {
+                request_id: "r".into(),
+                item_id: "i".into(),
+                event_time: Some(prost_types::Timestamp { seconds, nanos }),
+                event_type: EventType::Impression as i32,
+                event_name: String::new(),
+                labels: Default::default(),
+            })
+        };
+        for (seconds, nanos) in [
+            (i64::MAX, 999_999_999),
+            (i64::MIN, 0),
+            (-1, 999_999_999),
+            (END_EVENT_TIME_S, 0),
+            (1_764_439_200_123, 0),
+        ] {
+            let err = impression(seconds, nanos).unwrap_err();
+            assert_eq!(
+                err.reason(),
+                "event_time_out_of_range",
+                "{seconds} {nanos}: {err}"
+            );
+        }
+        for nanos in [-1, i32::MIN, 1_000_000_000, i32::MAX] {
+            let err = impression(1_764_439_200, nanos).unwrap_err();
+            assert_eq!(err.reason(), "bad_field", "{nanos}: {err}");
+            assert!(err.to_string().contains("nanos"), "{err}");
+        }
+        assert_eq!(
+            impression(END_EVENT_TIME_S - 1, 999_999_999).map(|e| e.time_us),
+            Ok(7_258_118_399_999_999)
+        );
+        assert_eq!(impression(0, 0).map(|e| e.time_us), Ok(0));
+    }
+
+    #[test]
+    fn saturating_us_saturates() {
+        let t = |seconds, nanos| saturating_us(&prost_types::Timestamp { seconds, nanos });
+        assert_eq!(t(10, 5_000), 10_000_005);
+        assert_eq!(t(i64::MAX, 999_999_999), i64::MAX);
+        assert_eq!(t(i64::MIN, -999_999_999), i64::MIN);
     }
 }

@@ -436,7 +436,7 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
 }
 
 fn micros(t: Option<&prost_types::Timestamp>) -> Option<i64> {
-    t.map(|t| t.seconds.saturating_mul(1_000_000) + i64::from(t.nanos / 1000))
+    t.map(crate::event::saturating_us)
 }
 
 /// Builds one record batch from rows (typically those of one hour).

@@ -98,6 +98,15 @@ pub enum JoinError {
     /// The dataset failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// A stage panicked: a bug. The process stops (the join stage committed what it had) so that
+    /// a supervisor restarts it instead of it running on with that stage gone.
+    #[error("the {stage} stopped on a bug (please report it): {message}")]
+    Panicked {
+        /// Which stage.
+        stage: &'static str,
+        /// The panic's message.
+        message: String,
+    },
     /// The metrics endpoint could not listen.
     #[error("cannot listen on {addr} for /metrics (is another process using the port?)")]
     Bind {
@@ -245,7 +254,7 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
             stop.clone(),
         ))
     });
-    let joined = join(
+    let join = join(
         config.clone(),
         dataset,
         partitions,
@@ -258,16 +267,54 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         held_in_topic,
         metrics.clone(),
         stop.clone(),
-    )
-    .await;
-    ready.store(false, std::sync::atomic::Ordering::SeqCst);
-    // Whatever ended first, the other stops too.
-    stop.cancel();
-    let routed = match router {
-        Some(router) => router.await.unwrap_or(Ok(())),
-        None => Ok(()),
+    );
+    // Whichever stage ends first, on an error or not, the other stops too: a router that
+    // failed alone would leave the join waiting for events forever, looking healthy.
+    let (joined, routed) = match router {
+        None => (join.await, Ok(())),
+        Some(mut router) => {
+            tokio::pin!(join);
+            tokio::select! {
+                joined = &mut join => {
+                    stop.cancel();
+                    (joined, router_outcome((&mut router).await))
+                }
+                routed = &mut router => {
+                    stop.cancel();
+                    let routed = router_outcome(routed);
+                    if let Err(err) = &routed {
+                        tracing::error!(%err, "the router stopped; stopping the join stage too");
+                    }
+                    (join.await, routed)
+                }
+            }
+        }
     };
+    ready.store(false, std::sync::atomic::Ordering::SeqCst);
     joined.and(routed)
+}
+
+/// The router task's result, its panic as an error.
+fn router_outcome(
+    result: Result<Result<(), JoinError>, tokio::task::JoinError>,
+) -> Result<(), JoinError> {
+    match result {
+        Ok(routed) => routed,
+        Err(err) if err.is_panic() => {
+            let panic = err.into_panic();
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(JoinError::Panicked {
+                stage: "router",
+                message,
+            })
+        }
+        // Cancelled: only at runtime shutdown.
+        Err(_) => Ok(()),
+    }
 }
 
 /// Whether checkpoints refer to held feature logs by their offsets in the feature-log topic
@@ -429,11 +476,34 @@ fn dead_letter(
     if let Some(key) = message.key() {
         record = record.key(key);
     }
-    if let Err((err, _)) = producer.send(record) {
-        tracing::error!(%err, %source, "could not dead-letter a record");
+    // A burst of bad records must not overflow the producer's queue: the record's offset is
+    // committed after this, so a dead letter dropped here would be lost for good.
+    let deadline = std::time::Instant::now() + DEAD_LETTER_WAIT;
+    loop {
+        match producer.send(record) {
+            Ok(()) => {
+                tracing::warn!(%source, reason, "record dead-lettered");
+                break;
+            }
+            Err((
+                RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                r,
+            )) if std::time::Instant::now() < deadline => {
+                producer.poll(Duration::from_millis(50));
+                record = r;
+            }
+            Err((err, _)) => {
+                tracing::error!(%err, %source, reason, "could not dead-letter a record");
+                break;
+            }
+        }
     }
-    tracing::warn!(%source, reason, "record dead-lettered");
+    producer.poll(Duration::ZERO);
 }
+
+/// How long dead-lettering a record may wait for room in its producer's queue (a broker that
+/// cannot take them for this long is down, and the record's error is logged instead).
+const DEAD_LETTER_WAIT: Duration = Duration::from_secs(30);
 
 fn to_impression(e: &Event) -> Impression {
     let (event_type, event_name) = match &e.kind {
@@ -741,6 +811,7 @@ async fn router(
     producer
         .begin_transaction()
         .map_err(client("beginning a transaction"))?;
+    let _ = consumer.context().router.set(producer.clone());
     let repartition = config.repartition_topic();
     let mut next: HashMap<(String, i32), i64> = HashMap::new();
     let mut sources: HashMap<i32, Source> = HashMap::new();
@@ -748,13 +819,25 @@ async fn router(
     let mut batches = Batches::default();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
+        // A revoke aborted the open transaction (in the consumer's callback, which only runs
+        // inside `recv`): what it held is gone, and positions restart from committed offsets.
+        let aborted = |next: &mut HashMap<_, _>, batches: &mut Batches, sources: &mut HashMap<_, _>, reported: &mut BTreeMap<_, _>| {
+            if consumer.context().router_aborted.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                next.clear();
+                *batches = Batches::default();
+                sources.clear();
+                reported.clear();
+            }
+        };
         tokio::select! {
             _ = shutdown.cancelled() => {
+                aborted(&mut next, &mut batches, &mut sources, &mut reported);
                 batches.flush(&producer, &repartition)?;
                 commit_router(&producer, &consumer, &mut next)?;
                 return Ok(());
             }
             _ = tick.tick() => {
+                aborted(&mut next, &mut batches, &mut sources, &mut reported);
                 // The events first: a progress record vouches for every event routed before it.
                 batches.flush(&producer, &repartition)?;
                 let progress = router_progress(&consumer, &config.input.events_topic, &mut sources, config.join.idle_timeout);
@@ -777,6 +860,7 @@ async fn router(
                 }
             }
             message = consumer.recv() => {
+                aborted(&mut next, &mut batches, &mut sources, &mut reported);
                 let message = match message {
                     Ok(m) => m,
                     Err(err) => {
@@ -875,6 +959,11 @@ fn rewind(consumer: &StreamConsumer<JoinContext>) -> Result<(), JoinError> {
 struct JoinContext {
     revoked: Mutex<Vec<i32>>,
     ends: Mutex<HashMap<(String, i32), (i64, i64)>>,
+    /// The router's transactional producer (router consumer only).
+    router: std::sync::OnceLock<Arc<BaseProducer>>,
+    /// Set when a revoke aborted the router's open transaction; the router drops what it had
+    /// gathered for it.
+    router_aborted: std::sync::atomic::AtomicBool,
 }
 
 /// How often the consumers' statistics (and so the watermarks in [`JoinContext`]) refresh.
@@ -899,7 +988,24 @@ impl ClientContext for JoinContext {
 impl ConsumerContext for JoinContext {
     fn pre_rebalance(&self, _: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
-            if let Ok(mut revoked) = self.revoked.lock() {
+            if let Some(producer) = self.router.get() {
+                // The router's open transaction holds events and offsets of partitions that
+                // are about to move. Committed after the move, its offsets would be accepted
+                // (the broker checks the generation, not who owns a partition) while the new
+                // owner routes the same events again: abort it now, before they move. Every
+                // partition then restarts from its committed offset, here or at its new owner.
+                let aborted = producer
+                    .abort_transaction(Duration::from_secs(30))
+                    .and_then(|()| producer.begin_transaction());
+                match aborted {
+                    Ok(()) => tracing::info!(
+                        "router transaction aborted for a rebalance; its events are routed again from the committed offsets"
+                    ),
+                    Err(err) => tracing::error!(%err, "aborting the router transaction for a rebalance"),
+                }
+                self.router_aborted
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            } else if let Ok(mut revoked) = self.revoked.lock() {
                 revoked.extend(tpl.elements().iter().map(|e| e.partition()));
             }
         }
@@ -1105,6 +1211,36 @@ fn recover(
     })
 }
 
+/// After another owner committed task `p` first (a fence): if `p` is still assigned here, the
+/// task starts again from that owner's checkpoint, and the consumer's positions in both of its
+/// partitions move to the checkpoint's offsets. Without the seek, the records between those
+/// offsets and where this consumer had read to would never be read by the new task.
+fn follow_fence<C: ConsumerContext>(
+    consumer: &StreamConsumer<C>,
+    dataset: &Dataset,
+    p: i32,
+    config: &JoinerConfig,
+    event_sources: u32,
+    topics: [&str; 2],
+) -> Result<Option<Task>, JoinError> {
+    if !assigned_partitions(consumer, topics[0]).contains(&p) {
+        return Ok(None);
+    }
+    let task = recover(dataset, p, config, event_sources)?;
+    for (topic, next) in topics.into_iter().zip(task.next) {
+        consumer
+            .seek(
+                topic,
+                p,
+                rdkafka::Offset::Offset(next),
+                Duration::from_secs(10),
+            )
+            .map_err(client("seeking to the checkpoint of a task another owner committed"))?;
+    }
+    tracing::info!(task = %task.name, epoch = task.epoch, "task follows the other owner's checkpoint");
+    Ok(Some(task))
+}
+
 /// Commits a task: its rows, its state and its offsets, in one checkpoint. Returns false when
 /// another owner committed first (the task must be dropped).
 fn flush(
@@ -1287,6 +1423,11 @@ async fn join(
                 }
                 for p in fenced {
                     tasks.remove(&p);
+                    if let Some(task) = tokio::task::block_in_place(|| {
+                        follow_fence(&consumer, &dataset, p, &config, event_sources, [&features_topic, &events_input])
+                    })? {
+                        tasks.insert(p, task);
+                    }
                 }
                 commit_monitoring(&consumer, &tasks, &features_topic, &events_input);
                 let (mut bytes, mut requests, mut low) = (0usize, 0usize, i64::MAX);
@@ -1424,6 +1565,11 @@ async fn join(
                     && !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, &metrics))?
                 {
                     tasks.remove(&p);
+                    if let Some(task) = tokio::task::block_in_place(|| {
+                        follow_fence(&consumer, &dataset, p, &config, event_sources, [&features_topic, &events_input])
+                    })? {
+                        tasks.insert(p, task);
+                    }
                 }
             }
         }
@@ -1526,6 +1672,17 @@ mod tests {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
             "{odd}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_router_that_panics_stops_the_joiner_with_an_error() {
+        let panicked = tokio::spawn(async { panic!("poison record") }).await;
+        let err = router_outcome(panicked).unwrap_err();
+        assert!(
+            matches!(&err, JoinError::Panicked { stage: "router", message } if message == "poison record"),
+            "{err}"
+        );
+        assert!(router_outcome(Ok(Ok(()))).is_ok());
     }
 
     #[test]

@@ -202,7 +202,7 @@ fn read_log(buf: &mut &[u8], layouts: &mut Layouts) -> Result<ServedLog, String>
 fn served_at_us(log: &FeatureLog) -> i64 {
     log.served_at
         .as_ref()
-        .map(|t| t.seconds.saturating_mul(1_000_000) + i64::from(t.nanos / 1000))
+        .map(crate::event::saturating_us)
         .unwrap_or(0)
 }
 
@@ -1726,5 +1726,18 @@ mod tests {
         s.source_progress(0, i64::MAX / 2);
         assert_eq!(s.requests(), 0);
         assert_eq!(s.counts.scored_not_impressed, 1);
+    }
+
+    #[test]
+    fn served_at_at_the_ends_of_the_timestamp_range_saturates() {
+        let at = |seconds, nanos| {
+            served_at_us(&FeatureLog {
+                served_at: Some(prost_types::Timestamp { seconds, nanos }),
+                ..FeatureLog::default()
+            })
+        };
+        assert_eq!(at(i64::MAX, 999_999_999), i64::MAX);
+        assert_eq!(at(i64::MIN, -999_999_999), i64::MIN);
+        assert_eq!(at(1_764_439_200, 123_456_789), 1_764_439_200_123_456);
     }
 }
