@@ -71,6 +71,18 @@ pub enum TensorError {
         /// The field it must use.
         expected: &'static str,
     },
+    /// A typed `int_contents`/`uint_contents` element (32 bits in the protocol) that does not
+    /// fit the tensor's narrower datatype: a model server would read only its low bits, so the
+    /// value it used is not the one sent, and guessing it would log a value nobody checked.
+    #[error("tensor {tensor:?}: {value} is out of range for {datatype}")]
+    ValueOutOfRange {
+        /// The tensor.
+        tensor: String,
+        /// Its datatype name.
+        datatype: &'static str,
+        /// The first element out of range.
+        value: i64,
+    },
     /// The request has raw contents for some inputs but not for this one.
     #[error("request has {raw} raw_input_contents for {inputs} inputs")]
     RawCountMismatch {
@@ -91,6 +103,7 @@ impl TensorError {
             TensorError::RawLength { .. } => "raw_length",
             TensorError::BadBytes { .. } => "bad_bytes",
             TensorError::WrongContentsField { .. } => "wrong_contents_field",
+            TensorError::ValueOutOfRange { .. } => "value_out_of_range",
             TensorError::RawCountMismatch { .. } => "raw_count_mismatch",
         }
     }
@@ -449,6 +462,29 @@ fn decode_typed(
     if populated.iter().any(|&(f, set)| set && f != field) {
         return Err(wrong(field));
     }
+    // INT8/INT16/UINT8/UINT16 travel in 32-bit fields; a value outside the datatype's range is
+    // not what the model read (servers keep the low bits), so it is refused, not logged.
+    let range = match dt {
+        DataType::Int8 => Some((i64::from(i8::MIN), i64::from(i8::MAX))),
+        DataType::Int16 => Some((i64::from(i16::MIN), i64::from(i16::MAX))),
+        DataType::Uint8 => Some((0, i64::from(u8::MAX))),
+        DataType::Uint16 => Some((0, i64::from(u16::MAX))),
+        _ => None,
+    };
+    if let Some((min, max)) = range {
+        let mut values = c
+            .int_contents
+            .iter()
+            .map(|&v| i64::from(v))
+            .chain(c.uint_contents.iter().map(|&v| i64::from(v)));
+        if let Some(value) = values.find(|v| !(min..=max).contains(v)) {
+            return Err(TensorError::ValueOutOfRange {
+                tensor: name.to_owned(),
+                datatype: dt_name,
+                value,
+            });
+        }
+    }
     Ok(match dt {
         DataType::Bool => TensorValues::Bool(c.bool_contents.clone()),
         DataType::Int8 | DataType::Int16 | DataType::Int32 => {
@@ -500,6 +536,51 @@ mod tests {
                 .values,
             values
         );
+    }
+
+    #[test]
+    fn narrow_typed_integers_outside_their_datatype_are_refused_with_the_value() {
+        // In range, the limits included: decoded as sent.
+        let ok = [
+            ("INT8", TensorValues::Int32(vec![-128, 0, 127])),
+            ("INT16", TensorValues::Int32(vec![-32768, 0, 32767])),
+            ("UINT8", TensorValues::Uint32(vec![0, 1, 255])),
+            ("UINT16", TensorValues::Uint32(vec![0, 1, 65535])),
+            ("INT32", TensorValues::Int32(vec![i32::MIN, 0, i32::MAX])),
+            ("UINT32", TensorValues::Uint32(vec![0, 1, u32::MAX])),
+        ];
+        for (dt, values) in ok {
+            let got = decode("x", dt, &[3], Some(&values.to_contents()), None).unwrap();
+            assert_eq!(got.values, values, "{dt}");
+        }
+        // Triton reads int_contents=[300] as INT8 44: what the model read is not what was sent.
+        let bad = [
+            ("INT8", TensorValues::Int32(vec![1, 300, 2]), 300),
+            ("INT8", TensorValues::Int32(vec![-129, 0, 0]), -129),
+            ("INT16", TensorValues::Int32(vec![0, 0, 32768]), 32768),
+            ("INT16", TensorValues::Int32(vec![-32769, 0, 0]), -32769),
+            ("UINT8", TensorValues::Uint32(vec![256, 0, 0]), 256),
+            ("UINT16", TensorValues::Uint32(vec![0, 65536, 0]), 65536),
+            (
+                "UINT16",
+                TensorValues::Uint32(vec![0, u32::MAX, 0]),
+                i64::from(u32::MAX),
+            ),
+        ];
+        for (dt, values, value) in bad {
+            let err = decode("age", dt, &[3], Some(&values.to_contents()), None).unwrap_err();
+            assert_eq!(err.reason(), "value_out_of_range", "{dt}");
+            let want = TensorError::ValueOutOfRange {
+                tensor: "age".into(),
+                datatype: DataType::from_protocol_name(dt)
+                    .unwrap()
+                    .protocol_name()
+                    .unwrap(),
+                value,
+            };
+            assert_eq!(err, want);
+            assert!(err.to_string().contains(&value.to_string()), "{err}");
+        }
     }
 
     #[test]

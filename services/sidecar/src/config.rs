@@ -90,6 +90,12 @@ pub struct PublishConfig {
     /// Calls waiting to be turned into records; when full, new ones are dropped and counted.
     #[serde(default = "default_queue_capacity")]
     pub queue_capacity: usize,
+    /// Bytes of request and response bodies the queue may hold (the calls keep their bodies
+    /// until a publisher thread is done with them); past it, new calls are dropped and counted
+    /// like a full queue. Bounds the sidecar's memory when large calls arrive faster than they
+    /// are decoded.
+    #[serde(default = "default_queue_max_bytes")]
+    pub queue_max_bytes: usize,
     /// Threads that decode calls and encode records, off the inference path.
     #[serde(default = "default_workers")]
     pub workers: usize,
@@ -139,6 +145,7 @@ impl Default for PublishConfig {
         Self {
             topic: default_topic(),
             queue_capacity: default_queue_capacity(),
+            queue_max_bytes: default_queue_max_bytes(),
             workers: default_workers(),
             max_message_bytes: default_max_message_bytes(),
             adaptive: AdaptiveConfig::default(),
@@ -160,6 +167,9 @@ fn default_topic() -> String {
 }
 fn default_queue_capacity() -> usize {
     10_000
+}
+fn default_queue_max_bytes() -> usize {
+    256 * 1024 * 1024
 }
 fn default_workers() -> usize {
     1
@@ -233,8 +243,8 @@ impl SidecarConfig {
         if p.topic.is_empty() {
             return Err("publish.topic is empty".into());
         }
-        if p.queue_capacity == 0 || p.workers == 0 {
-            return Err("publish.queue-capacity and publish.workers must be at least 1".into());
+        if p.queue_capacity == 0 || p.workers == 0 || p.queue_max_bytes == 0 {
+            return Err("publish.queue-capacity, publish.queue-max-bytes and publish.workers must be at least 1".into());
         }
         let a = &p.adaptive;
         if !(a.min_fraction > 0.0 && a.min_fraction <= 1.0) {

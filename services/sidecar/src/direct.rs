@@ -43,8 +43,9 @@ fn head(mut buf: &[u8]) -> Option<Head<'_>> {
         match (tag, wire_type) {
             (1, WireType::LengthDelimited) => head.name = slice(&mut buf)?,
             (2, WireType::LengthDelimited) => head.datatype = slice(&mut buf)?,
+            // A repeated field may come in several runs, packed or not, in any mix: they
+            // concatenate, as in prost's decode (and the model server's).
             (3, WireType::LengthDelimited) => {
-                head.shape.clear();
                 let mut packed = slice(&mut buf)?;
                 while packed.has_remaining() {
                     head.shape.push(decode_varint(&mut packed).ok()? as i64);
@@ -466,17 +467,52 @@ struct CachedPlan {
 
 const PLAN_CACHE_ENTRIES: usize = 4;
 
+/// The longest run of input fields kept as a key. Headers alone are a few dozen bytes per
+/// input; a longer run carries something else (typed contents, tensor parameters), would be
+/// copied on every miss and kept per publisher thread, and is planned afresh instead.
+const PLAN_KEY_MAX_BYTES: usize = 64 * 1024;
+
+/// Whether any input carries typed `contents` (`InferInputTensor` field 5), or cannot be read:
+/// such a run holds the tensors' values, which differ from call to call, so it is no key.
+fn carries_contents(scanned: &Scanned) -> bool {
+    (0..scanned.input_count()).any(|i| {
+        let mut buf = scanned.input(i);
+        while buf.has_remaining() {
+            let Ok((tag, wire_type)) = decode_key(&mut buf) else {
+                return true;
+            };
+            if tag == 5
+                || prost::encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default())
+                    .is_err()
+            {
+                return true;
+            }
+        }
+        false
+    })
+}
+
 impl PlanCache {
-    /// The plan for `rule` (a rule of `list`) on `scanned`'s inputs, made or reused.
+    /// The plan for `rule` (a rule of `list`) on `scanned`'s inputs, made or reused; `None`
+    /// when the call must take the general path. Only calls the fast path could take are
+    /// looked up, and only short keys of headers are kept.
     pub fn plan(
         &mut self,
         list: &Arc<AllowList>,
         rule: &ModelRule,
         scanned: &Scanned,
     ) -> Option<&Plan> {
+        // `encode_planned` refuses anything without raw contents for every input: no plan is
+        // needed, and a typed-contents request's inputs are not even compared.
+        if !eligible(rule) || scanned.raw_count() != scanned.input_count() {
+            return None;
+        }
         let rule_addr = std::ptr::from_ref(rule) as usize;
-        let Some(inputs) = scanned.inputs_run() else {
-            // Interleaved fields: no key to cache by; plan every time.
+        let Some(inputs) = scanned
+            .inputs_run()
+            .filter(|inputs| inputs.len() <= PLAN_KEY_MAX_BYTES)
+        else {
+            // Interleaved fields or a long run: no key to cache by; plan every time.
             self.uncached = plan(rule, scanned);
             return self.uncached.as_ref();
         };
@@ -486,6 +522,11 @@ impl PlanCache {
             .position(|e| e.rule == rule_addr && Arc::ptr_eq(&e.list, list) && e.inputs == inputs);
         match hit {
             Some(i) => self.entries[i].plan.as_ref(),
+            // Checked on a miss only: a hit's key was checked when it was kept.
+            None if carries_contents(scanned) => {
+                self.uncached = plan(rule, scanned);
+                self.uncached.as_ref()
+            }
             None => {
                 let plan = plan(rule, scanned);
                 self.insert(list, rule_addr, inputs.to_vec(), plan)
@@ -583,17 +624,66 @@ mod tests {
 
     /// The general path's record for the same call.
     fn general(rule: &ModelRule, request: &ModelInferRequest) -> FeatureLog {
-        let scanned = crate::lazy::scan(Bytes::from(request.encode_to_vec())).unwrap();
+        general_encoded(rule, &request.encode_to_vec())
+    }
+
+    fn general_encoded(rule: &ModelRule, request: &[u8]) -> FeatureLog {
+        let scanned = crate::lazy::scan(Bytes::copy_from_slice(request)).unwrap();
         let decoded = scanned.decode_for_rule(rule).unwrap();
         crate::extract::extract(rule, &decoded, None, ctx()).unwrap()
     }
 
     fn fast(rule: &ModelRule, request: &ModelInferRequest) -> Option<FeatureLog> {
-        let scanned = crate::lazy::scan(Bytes::from(request.encode_to_vec())).unwrap();
+        fast_encoded(rule, &request.encode_to_vec())
+    }
+
+    fn fast_encoded(rule: &ModelRule, request: &[u8]) -> Option<FeatureLog> {
+        let scanned = crate::lazy::scan(Bytes::copy_from_slice(request)).unwrap();
         let (bytes, rows) = encode(rule, &scanned, ctx())?;
         let record = FeatureLog::decode(&bytes[..]).unwrap();
         assert_eq!(record.row_count, rows);
         Some(record)
+    }
+
+    /// One run of a shape field as an encoder may write it.
+    enum Run<'a> {
+        Packed(&'a [i64]),
+        Element(i64),
+    }
+
+    /// `request` encoded by hand with the shapes of the inputs named in `split` written as the
+    /// given runs instead of prost's one packed field. Protobuf concatenates repeated fields,
+    /// so a model server reads the runs' elements in order as the shape.
+    fn with_split_shapes(request: &ModelInferRequest, split: &[(&str, &[Run<'_>])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for input in &request.inputs {
+            let Some((_, runs)) = split.iter().find(|(n, _)| *n == input.name) else {
+                prost::encoding::message::encode(5, input, &mut out);
+                continue;
+            };
+            let mut header = input.clone();
+            header.shape.clear();
+            // Two encodings of one message, concatenated, are their merge.
+            let mut tensor = header.encode_to_vec();
+            for run in *runs {
+                match run {
+                    // By hand: prost writes nothing for an empty run, an encoder may.
+                    Run::Packed(dims) => {
+                        prost::encoding::encode_key(3, WireType::LengthDelimited, &mut tensor);
+                        let len: usize = dims.iter().map(|&d| varint_len(d as u64)).sum();
+                        encode_varint(len as u64, &mut tensor);
+                        dims.iter()
+                            .for_each(|&d| encode_varint(d as u64, &mut tensor));
+                    }
+                    Run::Element(d) => prost::encoding::int64::encode(3, d, &mut tensor),
+                }
+            }
+            prost::encoding::bytes::encode(5, &tensor, &mut out);
+        }
+        let mut rest = request.clone();
+        rest.inputs.clear();
+        rest.encode(&mut out).unwrap();
+        out
     }
 
     fn floats(n: usize, seed: f32) -> Vec<f32> {
@@ -635,10 +725,34 @@ mod tests {
             Some("item_id"),
         );
         let without_ids = rule(&["emb", "ctx", "price"], None);
-        for r in [with_ids, without_ids] {
-            let want = general(&r, &req);
-            let got = fast(&r, &req).expect("eligible");
+        for r in [&with_ids, &without_ids] {
+            let want = general(r, &req);
+            let got = fast(r, &req).expect("eligible");
             // NaN != NaN: compare the encodings of two independently built records.
+            assert_eq!(got.encode_to_vec(), want.encode_to_vec());
+        }
+
+        // Shapes split across several fields: packed runs, single elements, or a mix (and an
+        // empty run). "ctx" is [1, 2] read whole; its last run alone, [2], would also fit its
+        // data and make it a per-row feature of two rows.
+        let split = with_split_shapes(
+            &req,
+            &[
+                ("ctx", &[Run::Packed(&[1]), Run::Packed(&[2])]),
+                ("emb", &[Run::Element(4), Run::Packed(&[3])]),
+                ("age", &[Run::Packed(&[4]), Run::Element(1)]),
+                ("item_id", &[Run::Packed(&[]), Run::Packed(&[4])]),
+                ("price", &[Run::Element(4)]),
+            ],
+        );
+        let no_ctx_rows = rule(&["ctx"], None);
+        for r in [&with_ids, &without_ids, &no_ctx_rows] {
+            let want = general_encoded(r, &split);
+            // The general path reads what the model server reads: the whole shape.
+            let ctx = want.features.iter().find(|f| f.name == "ctx").unwrap();
+            assert_eq!(ctx.row_shape, [2]);
+            assert_eq!(want.encode_to_vec(), general(r, &req).encode_to_vec());
+            let got = fast_encoded(r, &split).expect("eligible");
             assert_eq!(got.encode_to_vec(), want.encode_to_vec());
         }
     }
@@ -703,6 +817,116 @@ mod tests {
         });
         let got = cached(&mut cache, &other, &make(6.0, 4)).unwrap();
         assert_eq!(got.features.len(), 1);
+    }
+
+    #[test]
+    fn plans_are_not_kept_for_typed_contents_long_keys_or_ineligible_rules() {
+        let list = Arc::new(AllowList {
+            version: "v7".into(),
+            models: vec![rule(&["price", "emb"], Some("item_id"))],
+        });
+        let tensors = |rows: usize| {
+            vec![
+                (
+                    "item_id",
+                    "INT64",
+                    vec![rows as i64],
+                    TensorValues::Int64((0..rows as i64).collect()),
+                ),
+                (
+                    "price",
+                    "FP32",
+                    vec![rows as i64],
+                    TensorValues::Fp32(floats(rows, 3.0)),
+                ),
+                (
+                    "emb",
+                    "FP32",
+                    vec![rows as i64, 2],
+                    TensorValues::Fp32(floats(rows * 2, 5.0)),
+                ),
+            ]
+        };
+        let raw = |rows: usize| {
+            let t = tensors(rows);
+            let t: Vec<_> = t
+                .iter()
+                .map(|(n, d, s, v)| (*n, *d, &s[..], v.clone()))
+                .collect();
+            request(&t)
+        };
+        // Typed contents: every tensor's values sit in the input fields.
+        let typed = |rows: usize| {
+            let mut r = raw(rows);
+            r.raw_input_contents.clear();
+            for (input, (_, _, _, values)) in r.inputs.iter_mut().zip(tensors(rows)) {
+                input.contents = Some(values.to_contents());
+            }
+            r
+        };
+        let mut cache = PlanCache::default();
+        for req in [typed(4), typed(1000)] {
+            assert!(cached(&mut cache, &list, &req).is_none());
+            assert_eq!(cache.entries.len(), 0);
+            // The general path still logs the call as the model read it.
+            let record = general(&list.models[0], &req);
+            assert_eq!(record.row_count, req.inputs[0].shape[0] as u32);
+            assert_eq!(
+                record.encode_to_vec(),
+                general(&list.models[0], &raw(req.inputs[0].shape[0] as usize)).encode_to_vec()
+            );
+        }
+        // Typed contents beside raw contents for every input (the raw ones are read).
+        let mut both = raw(4);
+        let unlogged = TensorValues::Fp32(vec![7.0; 4]);
+        both.inputs.push(InferInputTensor {
+            name: "unlogged".into(),
+            datatype: "FP32".into(),
+            shape: vec![4],
+            contents: Some(unlogged.to_contents()),
+            ..Default::default()
+        });
+        both.raw_input_contents.push(unlogged.to_raw());
+        let got = cached(&mut cache, &list, &both).expect("eligible");
+        assert_eq!(
+            got.encode_to_vec(),
+            general(&list.models[0], &both).encode_to_vec()
+        );
+        assert_eq!(cache.entries.len(), 0);
+        // A run of headers longer than the limit (here a large tensor parameter, not logged).
+        let mut long = raw(4);
+        long.inputs[1].parameters.insert(
+            "note".into(),
+            featurelog_schemas::inference::InferParameter {
+                parameter_choice: Some(
+                    featurelog_schemas::inference::infer_parameter::ParameterChoice::StringParam(
+                        "x".repeat(PLAN_KEY_MAX_BYTES),
+                    ),
+                ),
+            },
+        );
+        let got = cached(&mut cache, &list, &long).expect("eligible");
+        assert_eq!(
+            got.encode_to_vec(),
+            general(&list.models[0], &long).encode_to_vec()
+        );
+        assert_eq!(cache.entries.len(), 0);
+        // A rule the fast path cannot serve is not looked up, nor kept.
+        let mut needs_outputs = rule(&["price"], Some("item_id"));
+        needs_outputs.outputs = vec!["score".into()];
+        let other = Arc::new(AllowList {
+            version: "v8".into(),
+            models: vec![needs_outputs],
+        });
+        assert!(cached(&mut cache, &other, &raw(4)).is_none());
+        assert_eq!(cache.entries.len(), 0);
+        // Headers alone still are.
+        let got = cached(&mut cache, &list, &raw(4)).expect("eligible");
+        assert_eq!(
+            got.encode_to_vec(),
+            general(&list.models[0], &raw(4)).encode_to_vec()
+        );
+        assert_eq!(cache.entries.len(), 1);
     }
 
     #[test]

@@ -528,6 +528,24 @@ mod tests {
     }
 
     #[test]
+    fn a_narrow_typed_value_the_model_would_not_read_as_sent_is_not_logged() {
+        // INT8 in int_contents: 300 would reach the model as 44.
+        let mut req = request();
+        req.inputs[1] = input("user_age", "INT8", &[1], &TensorValues::Int32(vec![300]));
+        let err = extract(&rule(), &req, Some(&response()), ctx()).unwrap_err();
+        assert_eq!(err.reason(), "value_out_of_range");
+        assert!(err.to_string().contains("300"), "{err}");
+        // In range, it is logged as sent.
+        req.inputs[1] = input("user_age", "INT8", &[1], &TensorValues::Int32(vec![-128]));
+        let log = extract(&rule(), &req, Some(&response()), ctx()).unwrap();
+        assert_eq!(log.features[0].datatype, DataType::Int8 as i32);
+        assert_eq!(
+            log.features[0].values.as_ref().unwrap().int32_values,
+            [-128]
+        );
+    }
+
+    #[test]
     fn raw_contents_decode_to_the_same_record_as_typed() {
         let typed = request();
         let mut raw = typed.clone();

@@ -165,19 +165,12 @@ impl Sidecar {
         let Some(publisher) = self.publisher else {
             return 0;
         };
-        // The proxy's connections are gone, so nothing else holds the publisher.
-        match Arc::try_unwrap(publisher) {
-            Ok(publisher) => {
-                let left = publisher.shutdown(self.config.shutdown_timeout).await;
-                if left > 0 {
-                    tracing::warn!(left, "records not acknowledged by Kafka at shutdown");
-                }
-                left
-            }
-            Err(_) => {
-                tracing::warn!("calls still in flight at shutdown; their records are lost");
-                0
-            }
+        // Connections that outlived the drain may still hold the publisher: what is queued
+        // is flushed all the same, and their calls count as `shutting_down`.
+        let left = publisher.shutdown(self.config.shutdown_timeout).await;
+        if left > 0 {
+            tracing::warn!(left, "records not acknowledged by Kafka at shutdown");
         }
+        left
     }
 }

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub skipped: Family<Reason, Counter>,
     /// Calls waiting for a publisher thread.
     pub queue_depth: Gauge,
+    /// Body bytes the queued calls hold.
+    pub queue_bytes: Gauge,
     /// Records inside the producer, not yet acknowledged.
     pub producer_in_flight: Gauge,
     /// Bytes sent to the brokers, protocol and compression included (librdkafka statistics).
@@ -97,6 +99,7 @@ impl Metrics {
             dropped: Family::default(),
             skipped: Family::default(),
             queue_depth: Gauge::default(),
+            queue_bytes: Gauge::default(),
             producer_in_flight: Gauge::default(),
             delivery_errors: Counter::default(),
             kafka_tx_bytes: Gauge::default(),
@@ -151,6 +154,11 @@ impl Metrics {
             "queue_depth",
             "Calls waiting for a publisher thread",
             m.queue_depth.clone(),
+        );
+        registry.register(
+            "queue_bytes",
+            "Request and response body bytes held by the calls waiting for a publisher thread",
+            m.queue_bytes.clone(),
         );
         registry.register(
             "producer_in_flight",

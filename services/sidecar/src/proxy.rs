@@ -155,7 +155,9 @@ impl Proxy {
         // which the caller gets back so it can tag its impressions with it.
         let fallback_id = match header_id {
             Some(id) => id,
-            None => match exchange.peek_request_id() {
+            None => match exchange
+                .peek_request_id(request_encoding.as_deref(), self.max_message_bytes)
+            {
                 // The request names itself; the publisher reads the same id from the body.
                 Some(id) if !id.is_empty() => id,
                 _ => {
@@ -167,15 +169,19 @@ impl Proxy {
                 }
             },
         };
-        let trailers_only_status = outcome_of(&parts.headers);
+        // A trailers-only response (an error, usually) carries its status in the headers.
+        let headers_status = status_of(&parts.headers);
         let response_encoding = header_str(&parts.headers, "grpc-encoding");
         let metrics = self.metrics.clone();
         let response_tap = Tap::new(body, self.max_message_bytes, move |captured: Captured| {
+            // No grpc-status at all means the call was cut short (the upstream reset or
+            // crashed after its message): the caller got an error, so nothing is logged.
             let status = captured
                 .trailers
                 .as_ref()
-                .map(outcome_of)
-                .unwrap_or(trailers_only_status);
+                .and_then(status_of)
+                .or(headers_status)
+                .unwrap_or("error");
             metrics
                 .calls
                 .get_or_create(&CallLabels {
@@ -247,9 +253,15 @@ fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
 /// `ok` for grpc-status 0, `error` for any other status; a response with no status yet (its
 /// trailers still to come) counts as `ok` until they say otherwise.
 fn outcome_of(headers: &HeaderMap) -> &'static str {
+    status_of(headers).unwrap_or("ok")
+}
+
+/// `ok` for grpc-status 0, `error` for any other, `None` when there is no grpc-status.
+fn status_of(headers: &HeaderMap) -> Option<&'static str> {
     match headers.get("grpc-status").map(HeaderValue::as_bytes) {
-        None | Some(b"0") => "ok",
-        Some(_) => "error",
+        None => None,
+        Some(b"0") => Some("ok"),
+        Some(_) => Some("error"),
     }
 }
 
@@ -286,10 +298,19 @@ struct Exchange {
 
 impl Exchange {
     /// The request's `id` field if the whole request body has been seen; `None` otherwise.
-    /// Reads the chunks in place: this runs on the call's path, so nothing is copied.
-    fn peek_request_id(&self) -> Option<String> {
+    /// Reads the chunks in place: this runs on the call's path, so nothing is copied (but for
+    /// a compressed request, which must be inflated as the publisher will).
+    fn peek_request_id(&self, encoding: Option<&str>, limit: usize) -> Option<String> {
         let slot = self.request.lock().ok()?;
         let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
+        if captured.chunks.iter().find(|c| !c.is_empty())?.first() == Some(&1) {
+            // The id the caller gets back must be the one the record carries.
+            let message = inflate_gzip(&captured.chunks, encoding, limit)?;
+            return match request_id(&mut &message[..]) {
+                Ok(id) => Some(id),
+                Err(Unusual) => RequestHead::decode(&message[..]).ok().map(|h| h.id),
+            };
+        }
         // Nearly always the whole message is in one chunk: read it as a slice, which perf
         // showed several times cheaper than going field by field through `ChunksBuf`.
         if let Some(message) = contiguous_message(&captured.chunks) {
@@ -314,6 +335,24 @@ impl Exchange {
             Err(Unusual) => RequestHead::decode(message()?).ok().map(|h| h.id),
         }
     }
+}
+
+/// The message of a gzip-compressed gRPC body, inflated, if it is one and inflates within
+/// `limit` bytes with nothing after its gzip member (what the publisher reads).
+fn inflate_gzip(chunks: &[Bytes], encoding: Option<&str>, limit: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if encoding != Some("gzip") {
+        return None;
+    }
+    let body: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+    let (&[1, a, b, c, d], rest) = body.split_first_chunk::<5>()? else {
+        return None;
+    };
+    let compressed = (rest.len() == u32::from_be_bytes([a, b, c, d]) as usize).then_some(rest)?;
+    let mut decoder = flate2::bufread::GzDecoder::new(compressed).take(limit as u64 + 1);
+    let mut out = Vec::new();
+    decoder.read_to_end(&mut out).ok()?;
+    (out.len() <= limit && decoder.into_inner().into_inner().is_empty()).then_some(out)
 }
 
 /// The message of an uncompressed gRPC body whose prefix and message sit in its first
@@ -467,6 +506,8 @@ type OnDone = Box<dyn FnOnce(Captured) + Send>;
 struct Tap<B: Body> {
     inner: B,
     captured: Captured,
+    /// The body ended in an error (a reset, a broken connection): never complete.
+    errored: bool,
     limit: usize,
     on_done: Option<OnDone>,
 }
@@ -476,6 +517,7 @@ impl<B: Body> Tap<B> {
         Self {
             inner,
             captured: Captured::default(),
+            errored: false,
             limit,
             on_done: Some(Box::new(on_done)),
         }
@@ -511,9 +553,12 @@ where
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err.into()))),
+            Poll::Ready(Some(Err(err))) => {
+                this.errored = true;
+                Poll::Ready(Some(Err(err.into())))
+            }
             Poll::Ready(None) => {
-                this.captured.complete = true;
+                this.captured.complete = !this.errored;
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,
@@ -532,8 +577,9 @@ where
 impl<B: Body> Drop for Tap<B> {
     fn drop(&mut self) {
         // hyper may stop polling once the body says it has ended, without asking for the final
-        // `None`: the end of stream is as good as that.
-        if self.inner.is_end_stream() {
+        // `None`: the end of stream is as good as that. But an h2 body that was reset also says
+        // it has ended; the error it returned tells the two apart.
+        if self.inner.is_end_stream() && !self.errored {
             self.captured.complete = true;
         }
         if let Some(on_done) = self.on_done.take() {
@@ -655,6 +701,93 @@ mod tests {
         assert_eq!(quick(&plain).as_deref(), Some("req-7"));
     }
 
+    /// A body that yields `frames`, then says it has ended, as an h2 body does after a reset.
+    struct Frames(Vec<Result<Frame<Bytes>, BoxError>>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            Poll::Ready((!self.0.is_empty()).then(|| self.0.remove(0)))
+        }
+
+        fn is_end_stream(&self) -> bool {
+            true
+        }
+    }
+
+    /// What a tap over `frames` hands on when polled to its end and dropped.
+    async fn tapped(frames: Vec<Result<Frame<Bytes>, BoxError>>) -> Captured {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut tap = Tap::new(Frames(frames), 1 << 20, move |c| {
+            tx.send(c).unwrap();
+        });
+        while let Some(Ok(_)) = tap.frame().await {}
+        drop(tap);
+        rx.recv().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_response_cut_by_a_reset_is_not_complete() {
+        let message = || Ok(Frame::data(Bytes::from_static(b"message")));
+        let ended = tapped(vec![message()]).await;
+        assert!(ended.complete);
+        let reset = tapped(vec![message(), Err("stream reset".into())]).await;
+        assert!(
+            !reset.complete,
+            "a reset after the message is not a finished call"
+        );
+    }
+
+    #[test]
+    fn a_response_without_any_grpc_status_is_not_a_success() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(status_of(&headers), None);
+        headers.insert("grpc-status", HeaderValue::from_static("0"));
+        assert_eq!(status_of(&headers), Some("ok"));
+        headers.insert("grpc-status", HeaderValue::from_static("13"));
+        assert_eq!(status_of(&headers), Some("error"));
+    }
+
+    #[test]
+    fn a_compressed_request_s_own_id_is_the_id_returned_to_the_caller() {
+        let message = featurelog_schemas::inference::ModelInferRequest {
+            model_name: "ranker".into(),
+            id: "req-gz".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &message).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut body = vec![1u8];
+        body.extend((gz.len() as u32).to_be_bytes());
+        body.extend(&gz);
+        let exchange = Exchange::default();
+        *exchange.request.lock().unwrap() = Some(Captured {
+            // Split across chunks, as a large body arrives.
+            chunks: vec![
+                Bytes::copy_from_slice(&body[..7]),
+                Bytes::copy_from_slice(&body[7..]),
+            ],
+            len: body.len(),
+            complete: true,
+            ..Captured::default()
+        });
+        assert_eq!(
+            exchange.peek_request_id(Some("gzip"), 1 << 20).as_deref(),
+            Some("req-gz")
+        );
+        // Larger than the limit once inflated, or an encoding the publisher cannot read: no id
+        // here, and no record there.
+        assert_eq!(exchange.peek_request_id(Some("gzip"), 3), None);
+        assert_eq!(exchange.peek_request_id(Some("snappy"), 1 << 20), None);
+    }
+
     #[test]
     fn only_an_uncompressed_message_within_the_first_chunk_is_read_in_place() {
         let framed = |flag: u8, len: u32, body: &[u8]| {
@@ -705,7 +838,7 @@ mod tests {
                 trailers: None,
             });
             assert_eq!(
-                exchange.peek_request_id().as_deref(),
+                exchange.peek_request_id(None, 1 << 20).as_deref(),
                 Some("req-42"),
                 "layout {layout}"
             );

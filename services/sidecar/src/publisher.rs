@@ -77,6 +77,8 @@ pub struct CapturedCall {
 struct Queued {
     call: CapturedCall,
     allow_list: Arc<AllowList>,
+    /// The call's body bytes, as counted in `Shared::queue_bytes`.
+    bytes: u64,
 }
 
 /// Delivery outcomes since the controller last looked.
@@ -176,13 +178,18 @@ struct Shared {
     fraction: AtomicU64,
     closing: AtomicBool,
     queue_len: AtomicU64,
+    /// Body bytes of the queued calls, held until a publisher thread takes them.
+    queue_bytes: AtomicU64,
+    queue_max_bytes: u64,
 }
 
 /// The queue, the publisher threads and the producer.
 pub struct Publisher {
     tx: SyncSender<Queued>,
+    rx: Arc<Mutex<Receiver<Queued>>>,
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    /// Taken by [`Publisher::shutdown`].
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Publisher {
@@ -217,6 +224,8 @@ impl Publisher {
             fraction: AtomicU64::new(1.0f64.to_bits()),
             closing: AtomicBool::new(false),
             queue_len: AtomicU64::new(0),
+            queue_bytes: AtomicU64::new(0),
+            queue_max_bytes: config.queue_max_bytes as u64,
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(config.queue_capacity);
         let rx = Arc::new(Mutex::new(rx));
@@ -237,48 +246,81 @@ impl Publisher {
         ));
         Ok(Self {
             tx,
+            rx,
             shared,
-            threads,
+            threads: Mutex::new(threads),
         })
     }
 
-    /// Queues a call for logging, or drops and counts it when the queue is full. Never waits.
+    /// Queues a call for logging, or drops and counts it when the queue is full (by calls or
+    /// by bytes) or the publisher is shutting down. Never waits.
     pub fn submit(&self, call: CapturedCall) {
+        let shared = &self.shared;
+        if shared.closing.load(Ordering::Relaxed) {
+            return shared.metrics.drop_call("shutting_down");
+        }
+        let bytes = body_bytes(&call);
+        // Reserve the bytes first, so that concurrent submits cannot together pass the bound.
+        let before = shared.queue_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if before.saturating_add(bytes) > shared.queue_max_bytes {
+            shared.queue_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            return shared.metrics.drop_call("queue_full");
+        }
         let queued = Queued {
             call,
-            allow_list: self.shared.allow_list.current(),
+            allow_list: shared.allow_list.current(),
+            bytes,
         };
         match self.tx.try_send(queued) {
             Ok(()) => {
-                let depth = self.shared.queue_len.fetch_add(1, Ordering::Relaxed) + 1;
-                self.shared.metrics.queue_depth.set(depth as i64);
+                let depth = shared.queue_len.fetch_add(1, Ordering::Relaxed) + 1;
+                shared.metrics.queue_depth.set(depth as i64);
+                shared.metrics.queue_bytes.set((before + bytes) as i64);
             }
-            Err(TrySendError::Full(_)) => self.shared.metrics.drop_call("queue_full"),
-            Err(TrySendError::Disconnected(_)) => self.shared.metrics.drop_call("shutting_down"),
+            Err(err) => {
+                shared.queue_bytes.fetch_sub(bytes, Ordering::Relaxed);
+                shared.metrics.drop_call(match err {
+                    TrySendError::Full(_) => "queue_full",
+                    TrySendError::Disconnected(_) => "shutting_down",
+                });
+            }
         }
     }
 
-    /// Drains the queue, then waits up to `timeout` for Kafka to acknowledge what is in flight.
-    /// Returns how many records were still unacknowledged when it gave up.
-    pub async fn shutdown(self, timeout: Duration) -> usize {
-        let Publisher {
-            tx,
-            shared,
-            threads,
-        } = self;
-        drop(tx);
-        shared.closing.store(true, Ordering::SeqCst);
+    /// Stops taking calls, drains the queue, then waits up to `timeout` for Kafka to acknowledge
+    /// what is in flight. Returns how many records were still unacknowledged when it gave up.
+    ///
+    /// Takes `&self`: connections that outlived the proxy's drain still hold the publisher, and
+    /// what is already queued must be flushed all the same. Calls they submit from now on are
+    /// counted as `shutting_down`.
+    pub async fn shutdown(&self, timeout: Duration) -> usize {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        let threads = self
+            .threads
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default();
         let deadline = Instant::now() + timeout;
-        let shared2 = shared.clone();
+        let (shared, rx) = (self.shared.clone(), self.rx.clone());
         let joined = tokio::task::spawn_blocking(move || {
             for t in threads {
                 let _ = t.join();
             }
+            // A submit that raced with `closing` may have queued a call after the threads'
+            // last look: count it rather than lose it silently.
+            if let Ok(rx) = rx.lock() {
+                while let Ok(queued) = rx.try_recv() {
+                    shared
+                        .queue_bytes
+                        .fetch_sub(queued.bytes, Ordering::Relaxed);
+                    shared.metrics.drop_call("shutting_down");
+                }
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            if let Err(err) = shared2.producer.flush(left) {
+            if let Err(err) = shared.producer.flush(left) {
                 tracing::warn!(%err, "producer flush did not finish");
             }
-            shared2.producer.in_flight_count().max(0) as usize
+            shared.producer.in_flight_count().max(0) as usize
         })
         .await;
         joined.unwrap_or(0)
@@ -368,7 +410,14 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
                 .fetch_sub(1, Ordering::Relaxed)
                 .saturating_sub(1);
             shared.metrics.queue_depth.set(depth as i64);
+            let bytes = call.bytes;
             publish(shared, call, &mut local);
+            // Counted until the call's bodies are let go (publish consumes them).
+            let left = shared
+                .queue_bytes
+                .fetch_sub(bytes, Ordering::Relaxed)
+                .saturating_sub(bytes);
+            shared.metrics.queue_bytes.set(left as i64);
         }
         // The publisher threads also serve librdkafka's delivery reports and statistics
         // (BaseProducer rather than ThreadedProducer: no extra thread waking on its own). Each
@@ -383,6 +432,15 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
             std::thread::sleep(DRAIN_INTERVAL);
         }
     }
+}
+
+/// The bytes of a call's request and response bodies.
+fn body_bytes(call: &CapturedCall) -> u64 {
+    call.request
+        .iter()
+        .chain(&call.response)
+        .map(|c| c.len() as u64)
+        .sum()
 }
 
 /// Why a gRPC body could not be turned into one message.
@@ -429,12 +487,17 @@ fn unframe(
         (0, _) => Ok(body),
         (1, Some("gzip")) => {
             let mut out = Vec::new();
-            let mut decoder = flate2::read::GzDecoder::new(&body[..]).take(limit as u64 + 1);
+            let mut decoder = flate2::bufread::GzDecoder::new(&body[..]).take(limit as u64 + 1);
             decoder
                 .read_to_end(&mut out)
                 .map_err(|_| Unframe::Malformed)?;
             if out.len() > limit {
                 return Err(Unframe::TooLarge);
+            }
+            // Bytes after the first gzip member: some servers read them as more of the message
+            // (a second member), some refuse the call, so what the model read is unknown.
+            if !decoder.into_inner().into_inner().is_empty() {
+                return Err(Unframe::Malformed);
             }
             Ok(Bytes::from(out))
         }
@@ -446,6 +509,7 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     let Queued {
         call,
         allow_list: list,
+        bytes: _,
     } = queued;
     let metrics = &shared.metrics;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
@@ -669,6 +733,82 @@ mod tests {
         assert!(matches!(
             unframe(framed, Some("snappy"), 100, &mut BytesMut::new()),
             Err(Unframe::Compression)
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_queue_holds_at_most_its_byte_budget_of_bodies() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("allow-list.toml");
+        std::fs::write(&list, "[[model]]\nname = \"ranker\"\nfeatures = [\"f\"]\n").unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let config = PublishConfig {
+            queue_max_bytes: 1000,
+            ..PublishConfig::default()
+        };
+        let publisher = Publisher::start(
+            // Nothing listens there: nothing is produced, the queue is what is tested.
+            &KafkaConfig::new("127.0.0.1:1"),
+            &config,
+            AllowListHandle::load(&list).unwrap(),
+            metrics.clone(),
+            "test".into(),
+            CancellationToken::new(),
+        )
+        .unwrap();
+        let call = |bytes: usize| CapturedCall {
+            request: vec![Bytes::from(vec![0u8; bytes / 2])],
+            response: vec![Bytes::from(vec![0u8; bytes - bytes / 2])],
+            request_encoding: None,
+            response_encoding: None,
+            fallback_request_id: "r".into(),
+            served_at: SystemTime::now(),
+        };
+        let dropped = |reason| {
+            metrics
+                .dropped
+                .get_or_create(&crate::metrics::Reason { reason })
+                .get()
+        };
+        publisher.submit(call(1001));
+        assert_eq!(dropped("queue_full"), 1, "a call larger than the budget");
+        publisher.submit(call(600));
+        assert_eq!(
+            dropped("queue_full"),
+            1,
+            "a call within the budget is queued"
+        );
+        // Shutting down through a shared handle, as when connections outlive the drain.
+        let shared = Arc::new(publisher);
+        let held = shared.clone();
+        shared.shutdown(Duration::from_millis(100)).await;
+        held.submit(call(10));
+        assert_eq!(dropped("shutting_down"), 1);
+        assert_eq!(shared.shared.queue_bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_gzip_body_with_a_second_member_is_not_read_as_its_first() {
+        // Servers differ on what follows the first member (grpc-go reads it as more of the
+        // message, grpc-core refuses the call): what the model read is unknown, so no record.
+        let member = |text: &[u8]| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut gz, text).unwrap();
+            gz.finish().unwrap()
+        };
+        let mut two = member(b"model a");
+        two.extend(member(b"model b"));
+        let mut framed = vec![1u8];
+        framed.extend((two.len() as u32).to_be_bytes());
+        framed.extend(two);
+        assert!(matches!(
+            unframe(
+                vec![Bytes::from(framed)],
+                Some("gzip"),
+                100,
+                &mut BytesMut::new()
+            ),
+            Err(Unframe::Malformed)
         ));
     }
 }
