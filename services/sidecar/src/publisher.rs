@@ -254,10 +254,22 @@ impl Publisher {
 
     /// Queues a call for logging, or drops and counts it when the queue is full (by calls or
     /// by bytes) or the publisher is shutting down. Never waits.
-    pub fn submit(&self, call: CapturedCall) {
+    pub fn submit(&self, mut call: CapturedCall) {
         let shared = &self.shared;
         if shared.closing.load(Ordering::Relaxed) {
             return shared.metrics.drop_call("shutting_down");
+        }
+        let allow_list = shared.allow_list.current();
+        // Decided here when the request says at once which model it is for, so that calls that
+        // will not be logged neither wait in the queue nor hold their bodies in it.
+        if let Some((model, version)) = request_model(&call.request) {
+            match allow_list.rule(model, version) {
+                None => return shared.metrics.skip_call("not_allow_listed"),
+                Some(rule) if rule.outputs.is_empty() && rule.top_k.is_none() => {
+                    call.response = Vec::new();
+                }
+                Some(_) => {}
+            }
         }
         let bytes = body_bytes(&call);
         // Reserve the bytes first, so that concurrent submits cannot together pass the bound.
@@ -268,7 +280,7 @@ impl Publisher {
         }
         let queued = Queued {
             call,
-            allow_list: shared.allow_list.current(),
+            allow_list,
             bytes,
         };
         match self.tx.try_send(queued) {
@@ -432,6 +444,31 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
             std::thread::sleep(DRAIN_INTERVAL);
         }
     }
+}
+
+/// The model name and version of an uncompressed request whose message starts with them, as
+/// encoders write fields in order, read from its first chunk (nearly always the whole body);
+/// `None` when it does not, and the publisher thread's full decode decides. A message that
+/// names another model again further on (no encoder does) is judged by its first name here.
+fn request_model(chunks: &[Bytes]) -> Option<(&str, &str)> {
+    let first = chunks.iter().find(|c| !c.is_empty())?;
+    let (&[0, ..], mut rest) = first.split_first_chunk::<5>()? else {
+        return None;
+    };
+    let (mut name, mut version) = (None, "");
+    // model_name (field 1) and model_version (field 2), both length-delimited.
+    while let Some(&key @ (0x0a | 0x12)) = rest.first() {
+        rest = &rest[1..];
+        let len = usize::try_from(prost::encoding::decode_varint(&mut rest).ok()?).ok()?;
+        let text = std::str::from_utf8(rest.get(..len)?).ok()?;
+        rest = &rest[len..];
+        if key == 0x0a {
+            name = Some(text);
+        } else {
+            version = text;
+        }
+    }
+    Some((name?, version))
 }
 
 /// The bytes of a call's request and response bodies.
@@ -773,6 +810,38 @@ mod tests {
         publisher.submit(call(1001));
         assert_eq!(dropped("queue_full"), 1, "a call larger than the budget");
         publisher.submit(call(600));
+
+        // A request that names its model first is judged at once: not listed, it is not
+        // queued at all; listed with a rule that reads no outputs, its response is let go.
+        let named = |model: &str, response: usize| {
+            let message = featurelog_schemas::inference::ModelInferRequest {
+                model_name: model.into(),
+                id: "r".into(),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let mut body = vec![0u8];
+            body.extend((message.len() as u32).to_be_bytes());
+            body.extend(message);
+            CapturedCall {
+                request: vec![Bytes::from(body)],
+                response: vec![Bytes::from(vec![0u8; response])],
+                ..call(0)
+            }
+        };
+        let skipped = || {
+            metrics
+                .skipped
+                .get_or_create(&crate::metrics::Reason {
+                    reason: "not_allow_listed",
+                })
+                .get()
+        };
+        publisher.submit(named("other", 10));
+        assert_eq!(skipped(), 1);
+        // Its response alone is twice the budget: kept, the call could never be queued.
+        publisher.submit(named("ranker", 2000));
+        assert_eq!(dropped("queue_full"), 1);
         assert_eq!(
             dropped("queue_full"),
             1,
