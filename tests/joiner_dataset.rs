@@ -106,7 +106,8 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
 
     let dir = tempfile::tempdir().unwrap();
     let dataset = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-    let files = dataset.stage("feature-log-0", 1, &rows).unwrap().files;
+    let staged = dataset.stage("feature-log-0", 1, &rows).unwrap();
+    let files = staged.files;
     let checkpoint = Checkpoint {
         task: "feature-log-0".into(),
         epoch: 1,
@@ -114,7 +115,7 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
         watermark_us: state.watermark_us(),
         files,
         state: None,
-        staging: None,
+        staging: staged.staging,
     };
     dataset.commit(&checkpoint).unwrap();
     dataset.roll_forward(&checkpoint).unwrap();

@@ -821,8 +821,15 @@ async fn router(
     loop {
         // A revoke aborted the open transaction (in the consumer's callback, which only runs
         // inside `recv`): what it held is gone, and positions restart from committed offsets.
-        let aborted = |next: &mut HashMap<_, _>, batches: &mut Batches, sources: &mut HashMap<_, _>, reported: &mut BTreeMap<_, _>| {
-            if consumer.context().router_aborted.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        let aborted = |next: &mut HashMap<_, _>,
+                       batches: &mut Batches,
+                       sources: &mut HashMap<_, _>,
+                       reported: &mut BTreeMap<_, _>| {
+            if consumer
+                .context()
+                .router_aborted
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
                 next.clear();
                 *batches = Batches::default();
                 sources.clear();
@@ -1001,7 +1008,9 @@ impl ConsumerContext for JoinContext {
                     Ok(()) => tracing::info!(
                         "router transaction aborted for a rebalance; its events are routed again from the committed offsets"
                     ),
-                    Err(err) => tracing::error!(%err, "aborting the router transaction for a rebalance"),
+                    Err(err) => {
+                        tracing::error!(%err, "aborting the router transaction for a rebalance")
+                    }
                 }
                 self.router_aborted
                     .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -1030,9 +1039,9 @@ struct Task {
     dirty: bool,
     /// The state's counts as last added to the metrics.
     reported: crate::state::Counts,
-    /// State files the last checkpoint reads (its own and its segments): kept through the next
-    /// commit for a process that is still restoring from it.
-    last_state_files: Vec<u64>,
+    /// State files the last checkpoint reads (its own and its segments), by name: kept through
+    /// the next commit for a process that is still restoring from it.
+    last_state_files: Vec<String>,
 }
 
 /// The checkpoint key of a task's events offset. The two settings of
@@ -1137,17 +1146,15 @@ fn recover(
     let name = &format!("{topic}-{partition}");
     let checkpoint = dataset.recover(name)?;
     let partitioning = config.input.events_partitioning;
-    let (state, next, epoch) = match checkpoint {
+    let (state, next, epoch, state_file) = match checkpoint {
         Some(cp) => {
             same_partitioning(&cp, partitioning)?;
             let state = match &cp.state {
                 Some(path) => {
                     let bytes = dataset.read_state(path)?;
-                    let segment = |epoch: u64| {
-                        dataset
-                            .read_state(&Dataset::state_name(name, epoch))
-                            .map_err(|e| e.to_string())
-                    };
+                    // Segments by the names the snapshot gives them (older formats: by epoch).
+                    let legacy_name = |epoch: u64| Dataset::legacy_state_name(name, epoch);
+                    let segment = |file: &str| dataset.read_state(file).map_err(|e| e.to_string());
                     let read_back = |offsets: &BTreeSet<i64>| {
                         read_back(
                             &config.kafka,
@@ -1160,6 +1167,7 @@ fn recover(
                     let state = JoinState::restore(
                         config.join_config(event_sources),
                         &bytes,
+                        legacy_name,
                         segment,
                         read_back,
                     )
@@ -1184,9 +1192,15 @@ fn recover(
                 state,
                 [at("features"), at(events_key(partitioning))],
                 cp.epoch,
+                cp.state,
             )
         }
-        None => (JoinState::new(config.join_config(event_sources)), [0, 0], 0),
+        None => (
+            JoinState::new(config.join_config(event_sources)),
+            [0, 0],
+            0,
+            None,
+        ),
     };
     tracing::info!(
         task = name,
@@ -1197,7 +1211,11 @@ fn recover(
         "task recovered"
     );
     Ok(Task {
-        last_state_files: state.segments().into_iter().chain([epoch]).collect(),
+        last_state_files: state
+            .segment_files()
+            .into_iter()
+            .chain(state_file)
+            .collect(),
         name: name.to_owned(),
         last_features: std::time::Instant::now(),
         last_events: std::time::Instant::now(),
@@ -1235,7 +1253,9 @@ fn follow_fence<C: ConsumerContext>(
                 rdkafka::Offset::Offset(next),
                 Duration::from_secs(10),
             )
-            .map_err(client("seeking to the checkpoint of a task another owner committed"))?;
+            .map_err(client(
+                "seeking to the checkpoint of a task another owner committed",
+            ))?;
     }
     tracing::info!(task = %task.name, epoch = task.epoch, "task follows the other owner's checkpoint");
     Ok(Some(task))
@@ -1259,7 +1279,10 @@ fn flush(
         tracing::warn!(task = %task.name, rows = staged.late_rows, "rows for hours already complete written under late/");
     }
     let files = staged.files.clone();
-    let snapshot = task.state.snapshot(epoch);
+    // This writer's own name: a zombie of this epoch writes another file, never this one.
+    let snapshot = task
+        .state
+        .snapshot(epoch, &dataset.state_name(&task.name, epoch));
     let state = dataset.stage_state(&task.name, epoch, snapshot.bytes)?;
     let checkpoint = Checkpoint {
         task: task.name.clone(),
@@ -1271,7 +1294,7 @@ fn flush(
         .into(),
         watermark_us: task.state.watermark_us(),
         files,
-        state: Some(state),
+        state: Some(state.clone()),
         staging: staged.staging,
     };
     match dataset.commit(&checkpoint) {
@@ -1283,13 +1306,15 @@ fn flush(
         Err(e) => return Err(e.into()),
     }
     dataset.roll_forward(&checkpoint)?;
-    let keep: Vec<u64> = snapshot
-        .segments
+    let keep: Vec<String> = snapshot
+        .files
         .iter()
+        .chain([&state])
         .chain(&task.last_state_files)
-        .copied()
+        .cloned()
         .collect();
-    // Old state files only cost space: a failure to delete them is no reason to stop.
+    // Old state files only cost space: a failure to delete them is no reason to stop. Those
+    // of losing writers of committed epochs go too; later epochs are never touched.
     if let Err(err) = dataset.prune_state(&task.name, &keep, epoch) {
         tracing::warn!(task = %task.name, %err, "old state files not deleted");
     }
@@ -1297,7 +1322,7 @@ fn flush(
     if let Err(err) = dataset.prune_checkpoints(&task.name, epoch) {
         tracing::warn!(task = %task.name, %err, "old checkpoints not deleted");
     }
-    task.last_state_files = snapshot.segments.into_iter().chain([epoch]).collect();
+    task.last_state_files = snapshot.files.into_iter().chain([state]).collect();
     metrics.commits.inc();
     metrics.rows_written.inc_by(task.rows.len() as u64);
     metrics.late_rows.inc_by(staged_late as u64);

@@ -1,21 +1,25 @@
 //! The dataset and its commit protocol (docs/JOINER.md, "Exactly once"), on a local directory
 //! or on S3-compatible object storage.
 //!
-//! A flush of a task stages its rows as hidden files (locally `.part-*.parquet.pending` beside
-//! their visible names, written then fsynced; on an object store, objects under
-//! `_featurelog/staging/<task>/<epoch>-<writer>/`), then **creates** the task's next checkpoint,
-//! which names those files and the input offsets they cover. Creating the checkpoint is the
-//! commit: locally it is written under a temporary name and hard-linked into place, on an object
-//! store it is a conditional PUT (`If-None-Match: *`); both fail if that epoch exists, so a
-//! second owner of the task (a zombie after a rebalance) cannot commit over the first. After
-//! the commit the staged files get their visible names (rename; copy then delete).
-//! [`Dataset::recover`] finishes an interrupted roll forward and deletes what was staged and can
-//! no longer be committed, so a task restarted after `kill -9` at any point sees each row exactly
-//! once.
+//! A flush of a task stages its rows under `_featurelog/staging/<task>/<epoch>-<writer>/`
+//! (`<writer>` is random per [`Dataset`] handle; locally written then fsynced, on an object
+//! store one PUT each) and its state as `_featurelog/state/<task>/<epoch>-<writer>.bin`, then
+//! **creates** the task's next checkpoint, which names those files and the input offsets they
+//! cover. Creating the checkpoint is the commit: locally it is written under a temporary name
+//! and hard-linked into place, on an object store it is a conditional PUT (`If-None-Match: *`);
+//! both fail if that epoch exists, so a second owner of the task (a zombie after a rebalance)
+//! cannot commit over the first. Because every name a writer stages is its own, the loser of
+//! such a race never overwrites a file the winner's checkpoint names, however late it writes.
+//! After the commit the staged files get their visible names (rename; copy then delete).
+//! [`Dataset::recover`] finishes an interrupted roll forward and deletes staging of epochs at or
+//! below the committed one (never above: a live writer may be about to commit those), so a task
+//! restarted after `kill -9` at any point sees each row exactly once.
 //!
-//! Readers (Spark, pyarrow, Polars) skip names that start with `.` or `_`, so pending files and
-//! `_featurelog/` are invisible to them; on an object store a data object does not exist under
-//! its visible name until its copy completes.
+//! Datasets written before staging was per writer may hold `.part-*.parquet.pending` files beside
+//! their visible names, and checkpoints without [`Checkpoint::staging`] that roll forward from
+//! them. Readers (Spark, pyarrow, Polars) skip names that start with `.` or `_`, so staged files
+//! and `_featurelog/` are invisible to them; on an object store a data object does not exist
+//! under its visible name until its copy completes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File};
@@ -119,9 +123,10 @@ pub struct Checkpoint {
     pub files: Vec<String>,
     /// The task's state snapshot at the commit, relative to the root, if any.
     pub state: Option<String>,
-    /// Where the files were staged when not beside their visible names (object stores: a
-    /// prefix unique to the writer, so two owners of a task never overwrite each other's
-    /// staged objects). From [`Staged::staging`].
+    /// Where the files were staged: a prefix unique to the writer, so two owners of a task
+    /// never overwrite each other's staged files. From [`Staged::staging`]. `None` in
+    /// checkpoints written before local staging was per writer: their files were staged as
+    /// `.<name>.pending` beside their visible names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging: Option<String>,
 }
@@ -201,6 +206,9 @@ pub struct Dataset {
     complete: Arc<std::sync::Mutex<Complete>>,
     /// Per task, the oldest checkpoint epoch that may still exist, for pruning in order.
     oldest: Arc<std::sync::Mutex<HashMap<String, u64>>>,
+    /// Unique to this handle (and its clones): part of every staging prefix and state file name
+    /// it writes, so that two owners of a task never write the same name.
+    writer: String,
 }
 
 #[derive(Debug, Default)]
@@ -220,7 +228,7 @@ struct Complete {
 trait Storage: std::fmt::Debug + Send + Sync {
     /// The full name of `relative`, for messages.
     fn describe(&self, relative: &str) -> PathBuf;
-    /// Where a task's files of `epoch` are staged, if not beside their visible names.
+    /// Where a task's files of `epoch` are staged by this writer.
     fn staging(&self, task: &str, epoch: u64) -> Option<String>;
     /// Writes `bytes` durably; the name shows complete content or nothing.
     fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError>;
@@ -234,8 +242,13 @@ trait Storage: std::fmt::Debug + Send + Sync {
     fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError>;
     /// Gives a staged file its visible name. Ok(false) when the staged file is gone.
     fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError>;
-    /// Deletes what `task` staged and can no longer be committed, the newest committed epoch
-    /// being `committed`.
+    /// Deletes what is left under a staging prefix whose files were all published.
+    fn clean(&self, _staging: &str) -> Result<(), SinkError> {
+        Ok(())
+    }
+    /// Deletes what any writer of `task` staged for epochs at or below `committed`, the newest
+    /// committed epoch, whose files are all visible: they can never be committed (again).
+    /// Never anything of a later epoch: a live writer may be about to commit it.
     fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError>;
     /// Deletes a file; one that is already gone is no error.
     fn remove(&self, relative: &str) -> Result<(), SinkError>;
@@ -249,6 +262,80 @@ fn sync_dir(dir: &Path) -> Result<(), SinkError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io("fsync directory", dir))
+}
+
+/// Creates `dir` and its missing parents, fsyncing the parent of each directory created so that
+/// the new entries survive a crash.
+fn create_dirs(dir: &Path) -> Result<(), SinkError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && !d.exists() {
+        missing.push(d);
+        match d.parent() {
+            Some(parent) => d = parent,
+            None => break,
+        }
+    }
+    fs::create_dir_all(dir).map_err(io("create", dir))?;
+    for created in missing.iter().rev() {
+        match created.parent() {
+            // A relative path's first component: its parent is the working directory.
+            Some(parent) if parent.as_os_str().is_empty() => sync_dir(Path::new("."))?,
+            Some(parent) => sync_dir(parent)?,
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Where a writer stages a task's files of `epoch`, relative to the root.
+fn staging_prefix(task: &str, epoch: u64, writer: &str) -> String {
+    format!("_featurelog/staging/{}/{epoch:020}-{writer}", safe(task))
+}
+
+/// The epoch of a staging directory's name (`<epoch>-<writer>`).
+fn staging_epoch(name: &str) -> Option<u64> {
+    let (epoch, writer) = name.split_once('-')?;
+    if writer.is_empty() {
+        return None;
+    }
+    epoch.parse().ok()
+}
+
+/// The epoch of a legacy pending file of `task` (`.part-<task>-<epoch>-<n>.parquet.pending`).
+fn legacy_pending_epoch(name: &str, task: &str) -> Option<u64> {
+    let rest = name
+        .strip_prefix(&format!(".part-{}-", safe(task)))?
+        .strip_suffix(".parquet.pending")?;
+    let (epoch, n) = rest.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(epoch) || !digits(n) {
+        return None;
+    }
+    epoch.parse().ok()
+}
+
+/// The epoch of a state file's name: `<epoch>-<writer>.bin`, or `<epoch>.bin` as written
+/// before state files were named per writer.
+fn state_epoch(file: &str) -> Option<u64> {
+    let stem = file.strip_suffix(".bin")?;
+    let epoch = match stem.split_once('-') {
+        Some((epoch, writer)) if !writer.is_empty() => epoch,
+        Some(_) => return None,
+        None => stem,
+    };
+    epoch.parse().ok()
+}
+
+fn state_dir(task: &str) -> String {
+    format!("_featurelog/state/{}", safe(task))
+}
+
+fn new_writer() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 fn pending_name(visible: &str) -> String {
@@ -275,6 +362,9 @@ fn safe(task: &str) -> String {
 #[derive(Debug)]
 struct Local {
     root: PathBuf,
+    /// Unique to this process's dataset handle, as [`Remote::writer`]: its staging directories
+    /// never collide with another owner's.
+    writer: String,
 }
 
 impl Storage for Local {
@@ -282,14 +372,14 @@ impl Storage for Local {
         self.root.join(relative)
     }
 
-    fn staging(&self, _task: &str, _epoch: u64) -> Option<String> {
-        None
+    fn staging(&self, task: &str, epoch: u64) -> Option<String> {
+        Some(staging_prefix(task, epoch, &self.writer))
     }
 
     fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
         let path = self.root.join(relative);
         let dir = path.parent().unwrap_or(&self.root).to_owned();
-        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        create_dirs(&dir)?;
         let mut f = File::create(&path).map_err(io("create", &path))?;
         f.write_all(&bytes).map_err(io("write", &path))?;
         f.sync_all().map_err(io("fsync", &path))?;
@@ -299,12 +389,13 @@ impl Storage for Local {
     fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError> {
         let path = self.root.join(relative);
         let dir = path.parent().unwrap_or(&self.root).to_owned();
-        fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        create_dirs(&dir)?;
         let file = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
+        // Per writer: two handles in one process never share a temporary file.
+        let tmp = dir.join(format!(".{file}.{}.tmp", self.writer));
         let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
         f.write_all(&bytes).map_err(io("write", &tmp))?;
         f.sync_all().map_err(io("fsync", &tmp))?;
@@ -349,15 +440,30 @@ impl Storage for Local {
 
     fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
         let (from, to) = (self.root.join(staged), self.root.join(visible));
+        let dir = to.parent().unwrap_or(&self.root).to_owned();
+        if !from.exists() {
+            return Ok(false);
+        }
+        create_dirs(&dir)?;
         match fs::rename(&from, &to) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(io("rename", &from)(e)),
         }
-        if let Some(dir) = to.parent() {
-            sync_dir(dir)?;
-        }
+        // The visible name is durable once its directory is. The staged name's directory is not
+        // synced: should the staged name come back after a crash, the roll forward skips it (the
+        // visible file exists) and the next recovery deletes it (its epoch is committed).
+        sync_dir(&dir)?;
         Ok(true)
+    }
+
+    fn clean(&self, staging: &str) -> Result<(), SinkError> {
+        let path = self.root.join(staging);
+        match fs::remove_dir_all(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("delete", &path)(e)),
+        }
     }
 
     fn remove(&self, relative: &str) -> Result<(), SinkError> {
@@ -370,7 +476,33 @@ impl Storage for Local {
     }
 
     fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
-        let prefix = format!(".part-{}-", safe(task));
+        // Staging directories of epochs at or below the newest checkpoint: that epoch exists,
+        // so they were either its writer's (and are all visible now) or a loser's. Later ones
+        // may belong to a live writer about to commit, and are left to the recovery that
+        // follows its commit.
+        let dir = self
+            .root
+            .join(format!("_featurelog/staging/{}", safe(task)));
+        match fs::read_dir(&dir) {
+            Ok(entries) => {
+                for entry in entries {
+                    let entry = entry.map_err(io("list", &dir))?;
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if staging_epoch(&name).is_some_and(|e| e <= committed) {
+                        let path = entry.path();
+                        match fs::remove_dir_all(&path) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(io("delete", &path)(e)),
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("list", &dir)(e)),
+        }
+        // Pending files beside their visible names, as joiners staged before staging was per
+        // writer: the same rule, by the epoch in their names.
         let mut dirs = vec![self.root.clone()];
         while let Some(dir) = dirs.pop() {
             for entry in fs::read_dir(&dir).map_err(io("list", &dir))? {
@@ -382,13 +514,13 @@ impl Storage for Local {
                     }
                     continue;
                 }
-                let Some(rest) = name.strip_prefix(&prefix) else {
-                    continue;
-                };
-                let epoch = rest.split('-').next().and_then(|e| e.parse::<u64>().ok());
-                if name.ends_with(".pending") && epoch.is_some_and(|e| e > committed) {
+                if legacy_pending_epoch(&name, task).is_some_and(|e| e <= committed) {
                     let path = entry.path();
-                    fs::remove_file(&path).map_err(io("delete", &path))?;
+                    match fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(io("delete", &path)(e)),
+                    }
                 }
             }
         }
@@ -510,11 +642,7 @@ impl Storage for Remote {
     }
 
     fn staging(&self, task: &str, epoch: u64) -> Option<String> {
-        Some(format!(
-            "_featurelog/staging/{}/{epoch:020}-{}",
-            safe(task),
-            self.writer
-        ))
+        Some(staging_prefix(task, epoch, &self.writer))
     }
 
     fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
@@ -612,12 +740,7 @@ impl Storage for Remote {
             let epoch = key
                 .prefix_match(&base)
                 .and_then(|mut parts| parts.next())
-                .and_then(|part| {
-                    part.as_ref()
-                        .split('-')
-                        .next()
-                        .and_then(|e| e.parse::<u64>().ok())
-                });
+                .and_then(|part| staging_epoch(part.as_ref()));
             if epoch.is_some_and(|e| e <= committed) {
                 self.delete_key(&key)?;
             }
@@ -647,12 +770,17 @@ impl Dataset {
     pub fn open(root: impl Into<PathBuf>, options: SinkOptions) -> Result<Self, SinkError> {
         let root = root.into();
         fs::create_dir_all(root.join("_featurelog/checkpoints")).map_err(io("create", &root))?;
+        let writer = new_writer();
         Ok(Self {
-            storage: Arc::new(Local { root: root.clone() }),
+            storage: Arc::new(Local {
+                root: root.clone(),
+                writer: writer.clone(),
+            }),
             root,
             options,
             complete: Arc::default(),
             oldest: Arc::default(),
+            writer,
         })
     }
 
@@ -677,18 +805,20 @@ impl Dataset {
         } else {
             PathBuf::from(format!("{url}/{prefix}"))
         };
+        let writer = new_writer();
         Ok(Self {
             storage: Arc::new(Remote {
                 store,
                 url,
                 prefix,
-                writer: uuid::Uuid::new_v4().simple().to_string(),
+                writer: writer.clone(),
                 runtime: Runtime(Some(runtime)),
             }),
             root,
             options,
             complete: Arc::default(),
             oldest: Arc::default(),
+            writer,
         })
     }
 
@@ -984,39 +1114,54 @@ impl Dataset {
         writer.into_inner().map_err(|e| encode(&e))
     }
 
-    /// The name of a task's state file of `epoch`.
-    pub fn state_name(task: &str, epoch: u64) -> String {
-        format!("_featurelog/state/{}/{epoch:020}.bin", safe(task))
+    /// The name of this writer's state file of `task`'s `epoch`. Per writer, as staging is: a
+    /// zombie and the owner that fenced it both write a state file of the same epoch before
+    /// either commits, and the loser's must never replace the one the winner's checkpoint
+    /// names (nor one that later snapshots refer to as a segment).
+    pub fn state_name(&self, task: &str, epoch: u64) -> String {
+        format!("{}/{epoch:020}-{}.bin", state_dir(task), self.writer)
     }
 
-    /// Writes a task's state snapshot for `epoch`; returns its name for the checkpoint.
+    /// The name state files had before they were named per writer: the segments that snapshots
+    /// of formats up to 3 refer to by epoch only.
+    pub fn legacy_state_name(task: &str, epoch: u64) -> String {
+        format!("{}/{epoch:020}.bin", state_dir(task))
+    }
+
+    /// Writes this writer's state snapshot of `task` for `epoch` (under
+    /// [`Dataset::state_name`]); returns its name for the checkpoint.
     pub fn stage_state(
         &self,
         task: &str,
         epoch: u64,
         snapshot: Vec<u8>,
     ) -> Result<String, SinkError> {
-        let relative = Self::state_name(task, epoch);
+        let relative = self.state_name(task, epoch);
         self.storage.put(&relative, snapshot)?;
         Ok(relative)
     }
 
-    /// Deletes a task's state files of epochs before `below` that are not in `keep`: after a
-    /// commit, what neither it nor the checkpoint before it reads (a process still restoring
-    /// from that one finds its files). Files of later epochs belong to commits not made yet.
-    pub fn prune_state(&self, task: &str, keep: &[u64], below: u64) -> Result<usize, SinkError> {
-        let dir = format!("_featurelog/state/{}", safe(task));
+    /// After the commit of `committed`, deletes a task's state files of epochs at or below it
+    /// that are not in `keep` (names as in [`Checkpoint::state`]): what neither that checkpoint
+    /// nor the one before it reads (a process still restoring from that one finds its files).
+    /// That includes the files of writers that lost an epoch to another. Files of later epochs
+    /// are never touched: they may belong to a commit not made yet.
+    pub fn prune_state(
+        &self,
+        task: &str,
+        keep: &[String],
+        committed: u64,
+    ) -> Result<usize, SinkError> {
+        let dir = state_dir(task);
         let (_, files) = self.storage.children(&dir)?;
         let mut removed = 0;
         for file in files {
-            let Some(epoch) = file
-                .strip_suffix(".bin")
-                .and_then(|e| e.parse::<u64>().ok())
-            else {
+            let Some(epoch) = state_epoch(&file) else {
                 continue;
             };
-            if epoch < below && !keep.contains(&epoch) {
-                self.storage.remove(&format!("{dir}/{file}"))?;
+            let name = format!("{dir}/{file}");
+            if epoch <= committed && !keep.contains(&name) {
+                self.storage.remove(&name)?;
                 removed += 1;
             }
         }
@@ -1052,7 +1197,8 @@ impl Dataset {
         }
     }
 
-    /// Makes a committed checkpoint's files visible (idempotent).
+    /// Makes a committed checkpoint's files visible (idempotent), then deletes what is left of
+    /// its staging.
     pub fn roll_forward(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
         for visible in &checkpoint.files {
             if self.storage.exists(visible)? {
@@ -1068,6 +1214,13 @@ impl Dataset {
                         .describe(&self.checkpoint_dir(&checkpoint.task)),
                     problem: format!("committed file {visible} is neither visible nor staged"),
                 });
+            }
+        }
+        if let Some(staging) = &checkpoint.staging {
+            // Only empty directories are left locally: failing to delete them is no reason to
+            // fail a commit, and the next recovery deletes them (their epoch is committed).
+            if let Err(err) = self.storage.clean(staging) {
+                tracing::warn!(%err, "staging left after the roll forward not deleted");
             }
         }
         Ok(())
@@ -1102,14 +1255,19 @@ fn staged_name(staging: Option<&str>, visible: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::Labels;
+    use crate::state::{JoinConfig, JoinState, Labels};
     use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use std::sync::Arc;
 
     fn rows(hour_offset: i64) -> Vec<Row> {
+        rows_of("r1", hour_offset)
+    }
+
+    /// Two rows of `request`, an hour apart from `hour_offset` on.
+    fn rows_of(request: &str, hour_offset: i64) -> Vec<Row> {
         let log = Arc::new(crate::log::ServedLog::from(FeatureLog {
-            request_id: "r1".into(),
+            request_id: request.into(),
             model_name: "m".into(),
             served_at: Some(prost_types::Timestamp {
                 seconds: 0,
@@ -1131,7 +1289,7 @@ mod tests {
         }));
         (0..2)
             .map(|i| Row {
-                request_id: "r1".into(),
+                request_id: request.into(),
                 item_id: log
                     .candidate_id(i)
                     .map(|c| c.to_string())
@@ -1178,6 +1336,14 @@ mod tests {
             files,
             state: None,
             staging: None,
+        }
+    }
+
+    /// The checkpoint of what `staged` staged.
+    fn committed(task: &str, epoch: u64, staged: &Staged) -> Checkpoint {
+        Checkpoint {
+            staging: staged.staging.clone(),
+            ..checkpoint(task, epoch, staged.files.clone())
         }
     }
 
@@ -1293,16 +1459,21 @@ mod tests {
     fn committed_rows_become_visible_parquet_by_hour() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        let files = ds.stage("t-0", 1, &rows(18)).unwrap().files;
+        let staged = ds.stage("t-0", 1, &rows(18)).unwrap();
+        let files = staged.files.clone();
         assert_eq!(files.len(), 2, "two impression hours, two files");
         assert!(
             visible_files(dir.path()).is_empty(),
             "nothing visible before the commit"
         );
-        let cp = checkpoint("t-0", 1, files.clone());
+        let cp = committed("t-0", 1, &staged);
         ds.commit(&cp).unwrap();
         ds.roll_forward(&cp).unwrap();
         assert_eq!(visible_files(dir.path()), files);
+        assert!(
+            !dir.path().join(staged.staging.as_deref().unwrap()).exists(),
+            "nothing is left of the staging"
+        );
         assert!(files[0].starts_with("dt=1970-01-01/hr=18/"));
         let reader = ParquetRecordBatchReaderBuilder::try_new(
             File::open(dir.path().join(&files[1])).unwrap(),
@@ -1320,22 +1491,282 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         // Epoch 1 committed but the process died before renaming.
-        let files1 = ds.stage("t-0", 1, &rows(1)).unwrap().files;
-        ds.commit(&checkpoint("t-0", 1, files1.clone())).unwrap();
-        // Epoch 2 staged, never committed.
-        ds.stage("t-0", 2, &rows(5)).unwrap();
-        // Another task's pending files are not touched.
-        let other = ds.stage("t-1", 1, &rows(7)).unwrap().files;
+        let staged1 = ds.stage("t-0", 1, &rows(1)).unwrap();
+        let files1 = staged1.files.clone();
+        ds.commit(&committed("t-0", 1, &staged1)).unwrap();
+        // Epoch 1 staged by a writer that lost it: never committed.
+        let lost = Dataset::open(dir.path(), SinkOptions::default())
+            .unwrap()
+            .stage("t-0", 1, &rows(3))
+            .unwrap();
+        // Another task's staged files are not touched.
+        let other = ds.stage("t-1", 1, &rows(7)).unwrap();
 
         let cp = ds.recover("t-0").unwrap().unwrap();
         assert_eq!(cp.epoch, 1);
         assert_eq!(cp.offsets["features"], 10);
         assert_eq!(visible_files(dir.path()), files1);
-        assert!(dir.path().join(pending_name(&other[0])).exists());
+        let staged = |s: &Staged| dir.path().join(s.staging.as_deref().unwrap());
+        assert!(!staged(&lost).exists(), "a lost epoch's staging is deleted");
+        assert!(staged(&other).join(&other.files[0]).exists());
         // Recovering again changes nothing.
         assert_eq!(ds.recover("t-0").unwrap(), Some(cp));
         assert_eq!(visible_files(dir.path()), files1);
         assert_eq!(ds.recover("never").unwrap(), None);
+    }
+
+    #[test]
+    fn checkpoints_without_staging_roll_forward_from_pending_files_beside_the_visible_ones() {
+        // As joiners staged before staging was per writer: `.<name>.pending` in the hour's
+        // directory, and checkpoints without `staging`.
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let stage_legacy = |epoch: u64, rows: &[Row], n: usize| {
+            let visible = format!("dt=1970-01-01/hr=01/part-t-0-{epoch:010}-{n:04}.parquet");
+            let bytes = ds.encode(&visible, rows).unwrap();
+            ds.storage.put(&pending_name(&visible), bytes).unwrap();
+            visible
+        };
+        let files1 = vec![stage_legacy(1, &rows(1)[..1], 0)];
+        // A loser's file of epoch 1 (not in the checkpoint) and a file of epoch 2, which may
+        // still be committed.
+        let lost = stage_legacy(1, &rows(1)[..1], 1);
+        let later = stage_legacy(2, &rows(1)[..1], 0);
+        let cp1 = checkpoint("t-0", 1, files1.clone());
+        ds.commit(&cp1).unwrap();
+        assert_eq!(ds.recover("t-0").unwrap(), Some(cp1));
+        assert_eq!(visible_files(dir.path()), files1);
+        assert!(!dir.path().join(pending_name(&lost)).exists());
+        assert!(dir.path().join(pending_name(&later)).exists());
+        // Epoch 2 commits and rolls forward from its pending file.
+        let cp2 = checkpoint("t-0", 2, vec![later.clone()]);
+        ds.commit(&cp2).unwrap();
+        assert_eq!(ds.recover("t-0").unwrap(), Some(cp2));
+        assert_eq!(visible_files(dir.path()), [files1[0].clone(), later]);
+    }
+
+    /// A restore of a task's state from `checkpoint`, as the runtime does.
+    fn restore(ds: &Dataset, checkpoint: &Checkpoint) -> Result<JoinState, String> {
+        let bytes = ds
+            .read_state(checkpoint.state.as_deref().ok_or("no state")?)
+            .map_err(|e| e.to_string())?;
+        JoinState::restore(
+            join_config(),
+            &bytes,
+            |epoch| Dataset::legacy_state_name(&checkpoint.task, epoch),
+            |file: &str| ds.read_state(file).map_err(|e| e.to_string()),
+            |_| Err("no log is held by offset".into()),
+        )
+    }
+
+    fn join_config() -> JoinConfig {
+        JoinConfig {
+            features_wait_us: i64::MAX / 4,
+            impressions_wait_us: i64::MAX / 4,
+            label_window_us: None,
+            max_out_of_orderness_us: 0,
+            negatives_rate: 0.0,
+            max_bytes: usize::MAX,
+            event_sources: 1,
+        }
+    }
+
+    fn feature_log(request: &str) -> FeatureLog {
+        FeatureLog {
+            request_id: request.into(),
+            row_count: 1,
+            candidate_ids: vec!["a".into()],
+            ..Default::default()
+        }
+    }
+
+    /// Whether `state` holds the features of `request` (its impression makes a row at once).
+    fn holds(state: &mut JoinState, request: &str) -> bool {
+        !state
+            .add_event(crate::event::Event {
+                request_id: request.into(),
+                item_id: "a".into(),
+                time_us: 0,
+                kind: crate::event::EventKind::Impression,
+                labels: BTreeMap::new(),
+            })
+            .is_empty()
+    }
+
+    /// Stages `state`'s snapshot and `rows` as `ds`'s epoch `epoch` of `task`: the checkpoint
+    /// to commit, and the bytes of its staged files.
+    fn stage_epoch(
+        ds: &Dataset,
+        task: &str,
+        epoch: u64,
+        state: &mut JoinState,
+        rows: &[Row],
+    ) -> (Checkpoint, Vec<Vec<u8>>) {
+        let staged = ds.stage(task, epoch, rows).unwrap();
+        let snapshot = state.snapshot(epoch, &ds.state_name(task, epoch));
+        let name = ds.stage_state(task, epoch, snapshot.bytes).unwrap();
+        let bytes = staged
+            .files
+            .iter()
+            .map(|f| {
+                ds.storage
+                    .get(&staged_name(staged.staging.as_deref(), f))
+                    .unwrap()
+            })
+            .collect();
+        let cp = Checkpoint {
+            state: Some(name),
+            ..committed(task, epoch, &staged)
+        };
+        (cp, bytes)
+    }
+
+    /// Two owners of one task (a zombie `a` stalled on storage, and `b`, which took the task
+    /// over) both stage epoch 2: the one that commits keeps every file its checkpoint names,
+    /// whatever the other writes late and whatever a recovery deletes.
+    fn two_writers_of_one_epoch(a: &Dataset, b: &Dataset, observer: &Dataset) {
+        let task = "t-0";
+        // Epoch 1: committed by a, with r0's log in its state.
+        let mut zombie = JoinState::new(join_config());
+        zombie.add_features(feature_log("r0"));
+        let (cp1, _) = stage_epoch(a, task, 1, &mut zombie, &rows(0));
+        a.commit(&cp1).unwrap();
+        a.roll_forward(&cp1).unwrap();
+        // b takes the task over from checkpoint 1; a goes on, not knowing.
+        let mut owner = restore(b, &cp1).unwrap();
+        owner.add_features(feature_log("owner"));
+        zombie.add_features(feature_log("zombie"));
+        // Both stage epoch 2 in the same hour (the same visible names), b commits first.
+        let (cp2, owner_bytes) = stage_epoch(b, task, 2, &mut owner, &rows_of("owner", 3));
+        b.commit(&cp2).unwrap();
+        let owner_state = b.read_state(cp2.state.as_deref().unwrap()).unwrap();
+        // a, late, stages its own epoch 2 (rows and state), then finds it fenced.
+        let (lost, zombie_bytes) = stage_epoch(a, task, 2, &mut zombie, &rows_of("zombie", 3));
+        assert_eq!(lost.files, cp2.files, "the same visible names");
+        assert_ne!(zombie_bytes, owner_bytes);
+        let err = a.commit(&lost).unwrap_err();
+        assert!(matches!(err, SinkError::Fenced { epoch: 2, .. }), "{err}");
+        assert_eq!(
+            b.read_state(cp2.state.as_deref().unwrap()).unwrap(),
+            owner_state,
+            "the committed state file is unchanged"
+        );
+        // Someone recovers the task (a after a restart, or another process): it finishes b's
+        // roll forward and deletes what a staged.
+        assert_eq!(observer.recover(task).unwrap(), Some(cp2.clone()));
+        b.roll_forward(&cp2).unwrap();
+        let visible: Vec<Vec<u8>> = cp2
+            .files
+            .iter()
+            .map(|f| observer.storage.get(f).unwrap())
+            .collect();
+        assert_eq!(visible, owner_bytes, "exactly b's rows are visible");
+        assert!(
+            !observer
+                .storage
+                .exists(&staged_name(lost.staging.as_deref(), &lost.files[0]))
+                .unwrap(),
+            "the loser's staging of a committed epoch is deleted"
+        );
+        // A restore from b's checkpoint is b's state.
+        let mut restored = restore(observer, &cp2).unwrap();
+        assert!(holds(&mut restored, "owner"));
+        assert!(!holds(&mut restored, "zombie"));
+        // b goes on: epoch 3 refers to b's file of epoch 2 for the owner's log.
+        owner.add_features(feature_log("r3"));
+        let (cp3, _) = stage_epoch(b, task, 3, &mut owner, &[]);
+        b.commit(&cp3).unwrap();
+        b.roll_forward(&cp3).unwrap();
+        let snapshot_files = |cp: &Checkpoint| {
+            let mut files = restore(b, cp).unwrap().segment_files();
+            files.extend(cp.state.clone());
+            files
+        };
+        let keep = [snapshot_files(&cp3), snapshot_files(&cp2)].concat();
+        b.prune_state(task, &keep, 3).unwrap();
+        assert!(
+            !observer
+                .storage
+                .exists(lost.state.as_deref().unwrap())
+                .unwrap(),
+            "the loser's state file of a committed epoch is pruned"
+        );
+        let latest = observer.recover(task).unwrap().unwrap();
+        assert_eq!(latest, cp3);
+        let mut restored = restore(observer, &latest).unwrap();
+        assert_eq!(restored.requests(), 3);
+        for request in ["r0", "owner", "r3"] {
+            assert!(holds(&mut restored, request), "{request}");
+        }
+        assert!(!holds(&mut restored, "zombie"));
+    }
+
+    #[test]
+    fn a_zombie_never_changes_or_deletes_what_the_owner_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        two_writers_of_one_epoch(&open(), &open(), &open());
+    }
+
+    #[test]
+    fn on_an_object_store_a_zombie_never_changes_or_deletes_what_the_owner_committed() {
+        let (store, a) = in_memory();
+        let open = || {
+            Dataset::open_object_store(store.clone(), "memory://b", "ds", SinkOptions::default())
+                .unwrap()
+        };
+        two_writers_of_one_epoch(&a, &open(), &open());
+    }
+
+    /// `b` has staged epoch 2 and not committed it yet when someone recovers the task at epoch
+    /// 1: that staging stays, and b's commit rolls forward.
+    fn recovery_beside_a_writer_about_to_commit(a: &Dataset, b: &Dataset) {
+        let task = "t-0";
+        let mut state = JoinState::new(join_config());
+        state.add_features(feature_log("r0"));
+        let (cp1, _) = stage_epoch(a, task, 1, &mut state, &rows(0));
+        a.commit(&cp1).unwrap();
+        a.roll_forward(&cp1).unwrap();
+        let mut owner = restore(b, &cp1).unwrap();
+        owner.add_features(feature_log("owner"));
+        let (cp2, owner_bytes) = stage_epoch(b, task, 2, &mut owner, &rows_of("owner", 3));
+        assert_eq!(a.recover(task).unwrap(), Some(cp1));
+        for file in &cp2.files {
+            assert!(
+                a.storage
+                    .exists(&staged_name(cp2.staging.as_deref(), file))
+                    .unwrap(),
+                "{file} is still staged"
+            );
+        }
+        b.commit(&cp2).unwrap();
+        b.roll_forward(&cp2).unwrap();
+        assert_eq!(a.recover(task).unwrap(), Some(cp2.clone()));
+        let visible: Vec<Vec<u8>> = cp2
+            .files
+            .iter()
+            .map(|f| a.storage.get(f).unwrap())
+            .collect();
+        assert_eq!(visible, owner_bytes);
+        let mut restored = restore(a, &cp2).unwrap();
+        assert!(holds(&mut restored, "owner"));
+        assert!(holds(&mut restored, "r0"));
+    }
+
+    #[test]
+    fn a_recovery_keeps_the_staging_of_an_epoch_not_committed_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        recovery_beside_a_writer_about_to_commit(&open(), &open());
+    }
+
+    #[test]
+    fn on_an_object_store_a_recovery_keeps_the_staging_of_an_epoch_not_committed_yet() {
+        let (store, a) = in_memory();
+        let b =
+            Dataset::open_object_store(store.clone(), "memory://b", "ds", SinkOptions::default())
+                .unwrap();
+        recovery_beside_a_writer_about_to_commit(&a, &b);
     }
 
     /// Local storage that counts the listings and existence checks made of it.
@@ -1384,6 +1815,9 @@ mod tests {
         fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
             self.inner.publish(staged, visible)
         }
+        fn clean(&self, staging: &str) -> Result<(), SinkError> {
+            self.inner.clean(staging)
+        }
         fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
             self.inner.discard(task, committed)
         }
@@ -1401,6 +1835,7 @@ mod tests {
         let counting = Arc::new(Counting {
             inner: Local {
                 root: dir.path().to_owned(),
+                writer: new_writer(),
             },
             lists: Default::default(),
             checks: Default::default(),
@@ -1412,7 +1847,7 @@ mod tests {
         let mut all = rows(0);
         all.extend(rows(24));
         let staged = ds.stage("t-0", 1, &all).unwrap();
-        let mut cp = checkpoint("t-0", 1, staged.files);
+        let mut cp = committed("t-0", 1, &staged);
         cp.watermark_us = 2 * HOUR;
         ds.commit(&cp).unwrap();
         ds.roll_forward(&cp).unwrap();
@@ -1521,7 +1956,7 @@ mod tests {
         let observer = Dataset::open(dir.path(), options).unwrap();
         let tasks = vec!["t-0".to_string()];
         let staged = owner.stage("t-0", 1, &rows(0)).unwrap();
-        let cp = checkpoint("t-0", 1, staged.files);
+        let cp = committed("t-0", 1, &staged);
         owner.commit(&cp).unwrap();
         owner.roll_forward(&cp).unwrap();
         // The observer sees epoch 1, whose watermark completes nothing.
@@ -1546,7 +1981,7 @@ mod tests {
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         let tasks = vec!["t-0".to_string(), "t-1".to_string()];
         let staged = ds.stage("t-0", 1, &rows(1)).unwrap();
-        let mut cp = checkpoint("t-0", 1, staged.files);
+        let mut cp = committed("t-0", 1, &staged);
         cp.watermark_us = 10 * 3_600_000_000;
         ds.commit(&cp).unwrap();
         ds.roll_forward(&cp).unwrap();
@@ -1590,15 +2025,38 @@ mod tests {
     fn state_files_no_checkpoint_needs_are_pruned() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        for epoch in 1..=6 {
-            ds.stage_state("t/0", epoch, vec![epoch as u8]).unwrap();
+        let loser = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        // Files of a joiner before state files were named per writer.
+        for epoch in 1..=2 {
+            let name = Dataset::legacy_state_name("t/0", epoch);
+            ds.storage.put(&name, vec![epoch as u8]).unwrap();
         }
-        // Checkpoint 5 reads segments 2 and 5, checkpoint 4 read 2 and 4; 6 is not committed.
-        assert_eq!(ds.prune_state("t/0", &[2, 5, 4], 5).unwrap(), 2);
-        let left: Vec<u64> = (1..=6)
-            .filter(|e| dir.path().join(Dataset::state_name("t/0", *e)).exists())
+        let mine: Vec<String> = (3..=7)
+            .map(|epoch| ds.stage_state("t/0", epoch, vec![epoch as u8]).unwrap())
             .collect();
-        assert_eq!(left, [2, 4, 5, 6]);
+        // Another writer lost epochs 5 (committed by ds) and 7 (not committed yet).
+        let lost5 = loser.stage_state("t/0", 5, vec![0]).unwrap();
+        let lost7 = loser.stage_state("t/0", 7, vec![0]).unwrap();
+        assert_ne!(lost5, mine[2]);
+        // Checkpoint 6 reads segments 2 and 6, checkpoint 5 read 2, 4 and 5; 7 is not
+        // committed.
+        let legacy2 = Dataset::legacy_state_name("t/0", 2);
+        let keep = [
+            legacy2.clone(),
+            mine[3].clone(),
+            mine[1].clone(),
+            mine[2].clone(),
+        ];
+        assert_eq!(ds.prune_state("t/0", &keep, 6).unwrap(), 3);
+        let (_, mut left) = ds.storage.children("_featurelog/state/t_0").unwrap();
+        left.sort();
+        let mut expected: Vec<String> = [legacy2, mine[1].clone(), mine[2].clone()]
+            .into_iter()
+            .chain([mine[3].clone(), mine[4].clone(), lost7])
+            .map(|n| n.rsplit('/').next().unwrap().to_owned())
+            .collect();
+        expected.sort();
+        assert_eq!(left, expected);
     }
 
     #[test]

@@ -185,6 +185,10 @@ pub struct JoinState {
     written: HashMap<String, (u64, usize)>,
     /// Bytes of logs in each segment that a snapshot still refers to.
     segment_bytes: BTreeMap<u64, usize>,
+    /// The file of each segment in `segment_bytes`: the state file that the committed
+    /// checkpoint of that epoch names. Another writer of the same epoch (a zombie that lost its
+    /// commit) may have written a file of that epoch too; only this one holds these logs.
+    segment_files: BTreeMap<u64, String>,
     /// The column layouts of the held logs, shared (see [`Layouts`]).
     layouts: Layouts,
     /// What happened so far.
@@ -240,6 +244,7 @@ impl JoinState {
             bytes: 0,
             written: HashMap::default(),
             segment_bytes: BTreeMap::new(),
+            segment_files: BTreeMap::new(),
             layouts: Layouts::default(),
             counts: Counts::default(),
         }
@@ -284,6 +289,15 @@ impl JoinState {
     /// The epochs of the earlier state files the last snapshot refers to.
     pub fn segments(&self) -> Vec<u64> {
         self.segment_bytes.keys().copied().collect()
+    }
+
+    /// The names of the state files the last snapshot (or the restored one) refers to, as
+    /// given to [`JoinState::snapshot`] (or resolved by [`JoinState::restore`]).
+    pub fn segment_files(&self) -> Vec<String> {
+        self.segment_bytes
+            .keys()
+            .filter_map(|e| self.segment_files.get(e).cloned())
+            .collect()
     }
 
     /// The layouts of the logs held: decode records with them (see [`ServedLog::decode`]) so
@@ -668,8 +682,10 @@ struct SnapshotHeader {
     #[prost(int64, optional, tag = "9")]
     features_idle_us: Option<i64>,
     /// Format 2: the logs are in segments (the state files of earlier epochs and this one);
-    /// `SnapFeature::segment` and `matched_only_segments` say where. Format 1 (0 here): this
-    /// file holds every log, `features` then `matched_only`, in order.
+    /// `SnapFeature::segment` and `matched_only_segments` say where, and the segment of epoch
+    /// e is the file named for e alone. Format 1 (0 here): this file holds every log,
+    /// `features` then `matched_only`, in order. Format 3 adds offsets, format 4
+    /// `segment_files`.
     #[prost(uint32, tag = "10")]
     format: u32,
     #[prost(uint64, repeated, tag = "11")]
@@ -684,6 +700,12 @@ struct SnapshotHeader {
     /// partition, or -1 when a segment holds it.
     #[prost(int64, repeated, tag = "14")]
     matched_only_offsets: Vec<i64>,
+    /// Format 4: the file of each segment in `segment_bytes` (this one's own included when it
+    /// holds logs), as the dataset names it. State files are named per writer: two writers of
+    /// one epoch (a zombie and the owner that fenced it) write two files, and only the one
+    /// the committed checkpoint names holds the logs this lineage refers to.
+    #[prost(btree_map = "uint64, string", tag = "15")]
+    segment_files: BTreeMap<u64, String>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -732,14 +754,16 @@ struct SnapEmitted {
     items: Vec<String>,
 }
 
-/// A serialised state: the file to write for this epoch, and the epochs of the earlier state
-/// files it reads logs from (which must be kept while this is the newest checkpoint).
+/// A serialised state: the file to write for this epoch, and the earlier state files it reads
+/// logs from (which must be kept while this is the newest checkpoint).
 #[derive(Debug)]
 pub struct Snapshot {
     /// This epoch's state file.
     pub bytes: Vec<u8>,
-    /// Segments it refers to, this epoch's included.
+    /// The epochs of the segments it refers to, this epoch's included when it holds logs.
     pub segments: Vec<u64>,
+    /// The files of those segments, in the same order.
+    pub files: Vec<String>,
 }
 
 /// Below this many bytes of dead logs in referenced segments, a snapshot never compacts.
@@ -747,8 +771,9 @@ const COMPACT_MIN_BYTES: usize = if cfg!(test) { 0 } else { 8 << 20 };
 
 impl JoinState {
     /// Serialises everything the state holds, so that a restarted task continues exactly where
-    /// the checkpoint left it, as the state file of `epoch`. Counts are not included: they are
-    /// per process, for metrics.
+    /// the checkpoint left it, as the state file of `epoch`, to be written under the name
+    /// `file` (later snapshots refer to its logs by that name). Counts are not included: they
+    /// are per process, for metrics.
     ///
     /// Feature logs dominate the state and never change, so each is written once: into the
     /// state file of the first epoch that holds it (a segment), which later snapshots refer to.
@@ -756,7 +781,7 @@ impl JoinState {
     /// the referenced segments hold more than twice the live logs' bytes (plus 8 MiB), every
     /// live log is written again into this epoch's file and the old segments are left behind.
     /// A snapshot's cost is thus the new logs plus the small part, not everything held.
-    pub fn snapshot(&mut self, epoch: u64) -> Snapshot {
+    pub fn snapshot(&mut self, epoch: u64, file: &str) -> Snapshot {
         use prost::Message;
         let expiry: HashMap<&str, i64> = self
             .feature_expiry
@@ -779,7 +804,11 @@ impl JoinState {
                 }
             }
         }
-        self.written.retain(|r, _| live.contains_key(r.as_str()));
+        // A log in a segment whose file is unknown (none can be, but a header without its name
+        // could not be restored) is written again.
+        let files = &self.segment_files;
+        self.written
+            .retain(|r, (segment, _)| live.contains_key(r.as_str()) && files.contains_key(segment));
         let mut referenced: BTreeMap<u64, usize> = BTreeMap::new();
         let mut live_bytes = 0usize;
         for &(segment, len) in self.written.values() {
@@ -819,6 +848,9 @@ impl JoinState {
             );
         }
         self.segment_bytes = segment_bytes;
+        self.segment_files.insert(epoch, file.to_owned());
+        let referenced = &self.segment_bytes;
+        self.segment_files.retain(|e, _| referenced.contains_key(e));
         let segment_of = |r: &str| self.written.get(r).map_or(epoch, |&(s, _)| s);
         let offset_of = |r: &str| live.get(r).and_then(|log| log.offset());
         let header = SnapshotHeader {
@@ -867,8 +899,9 @@ impl JoinState {
             watermark_us: self.watermark_us,
             sources: self.sources.clone(),
             features_idle_us: Some(self.features_idle_us),
-            format: 3,
+            format: 4,
             epoch,
+            segment_files: self.segment_files.clone(),
             segment_bytes: self
                 .segment_bytes
                 .iter()
@@ -887,17 +920,21 @@ impl JoinState {
         Snapshot {
             bytes: out,
             segments: self.segment_bytes.keys().copied().collect(),
+            files: self.segment_files(),
         }
     }
 
-    /// Rebuilds a state from the bytes of [`JoinState::snapshot`]'s file; `segment` reads the
-    /// state file of an earlier epoch that it refers to, and `read_back` the records at the
-    /// given offsets of the feature-log partition (those it cannot find are left out: their
-    /// logs are counted as `lost_on_restore` and the state goes on without them).
+    /// Rebuilds a state from the bytes of [`JoinState::snapshot`]'s file; `segment` reads an
+    /// earlier state file that it refers to, by name, and `read_back` the records at the given
+    /// offsets of the feature-log partition (those it cannot find are left out: their logs are
+    /// counted as `lost_on_restore` and the state goes on without them). A snapshot of format 4
+    /// names its segments' files; older ones refer to segments by epoch only, and
+    /// `legacy_name` gives the name a state file of that epoch had then.
     pub fn restore(
         config: JoinConfig,
         bytes: &[u8],
-        mut segment: impl FnMut(u64) -> Result<Vec<u8>, String>,
+        legacy_name: impl Fn(u64) -> String,
+        mut segment: impl FnMut(&str) -> Result<Vec<u8>, String>,
         read_back: impl FnOnce(
             &BTreeSet<i64>,
         ) -> Result<std::collections::HashMap<i64, Vec<u8>>, String>,
@@ -910,6 +947,14 @@ impl JoinState {
         let mut state = JoinState::new(config);
         let mut lost: HashSet<String> = HashSet::default();
         if header.format >= 2 {
+            // The file of each segment: named in the header since format 4, by epoch before.
+            let file_of = |seg: u64| {
+                if header.format >= 4 {
+                    header.segment_files.get(&seg).cloned()
+                } else {
+                    Some(legacy_name(seg))
+                }
+            };
             // Which logs each segment must provide, and which the topic.
             let mut wanted: BTreeMap<u64, HashSet<&str>> = BTreeMap::new();
             let mut in_topic: BTreeMap<i64, &str> = BTreeMap::new();
@@ -963,7 +1008,9 @@ impl JoinState {
                 let mut rest: &[u8] = if *seg == header.epoch {
                     buf
                 } else {
-                    file = segment(*seg)?;
+                    let name = file_of(*seg)
+                        .ok_or_else(|| format!("segment {seg}: the snapshot names no file"))?;
+                    file = segment(&name).map_err(|e| format!("segment {seg} ({name}): {e}"))?;
                     let mut b = file.as_slice();
                     // Skip that file's own header: only its logs are wanted.
                     let len = prost::decode_length_delimiter(&mut b)
@@ -985,6 +1032,11 @@ impl JoinState {
                 .segment_bytes
                 .iter()
                 .map(|(s, b)| (*s, usize::try_from(*b).unwrap_or(usize::MAX)))
+                .collect();
+            state.segment_files = state
+                .segment_bytes
+                .keys()
+                .filter_map(|e| Some((*e, file_of(*e)?)))
                 .collect();
         } else {
             for f in &header.features {
@@ -1133,6 +1185,28 @@ mod tests {
             kind,
             labels: BTreeMap::new(),
         }
+    }
+
+    /// The name a writer `w` gives its state file of `epoch` in these tests.
+    fn file_of(w: &str, epoch: u64) -> String {
+        format!("state/{epoch:020}-{w}.bin")
+    }
+
+    fn file(epoch: u64) -> String {
+        file_of("w", epoch)
+    }
+
+    /// Names of state files of snapshot formats before 4 (by epoch only).
+    fn legacy(epoch: u64) -> String {
+        format!("state/{epoch:020}.bin")
+    }
+
+    /// Reads state files from `files`, by name.
+    fn read(
+        files: &HashMap<String, Vec<u8>>,
+    ) -> impl FnMut(&str) -> Result<Vec<u8>, String> + use<> {
+        let files = files.clone();
+        move |f: &str| files.get(f).cloned().ok_or(format!("no file {f}"))
     }
 
     /// For restores of states whose logs are all in state files.
@@ -1349,8 +1423,9 @@ mod tests {
             if restore_midway {
                 s = JoinState::restore(
                     config(Some(10 * MIN)),
-                    &s.snapshot(1).bytes,
-                    |_| unreachable!("everything is in the one file"),
+                    &s.snapshot(1, &file(1)).bytes,
+                    legacy,
+                    |_: &str| unreachable!("everything is in the one file"),
                     no_topic,
                 )
                 .unwrap();
@@ -1425,23 +1500,20 @@ mod tests {
 
     #[test]
     fn snapshots_write_each_log_once_and_restore_from_their_segments() {
-        let mut files: HashMap<u64, Vec<u8>> = HashMap::default();
-        let read = |files: &HashMap<u64, Vec<u8>>| {
-            let files = files.clone();
-            move |e: u64| files.get(&e).cloned().ok_or(format!("no file {e}"))
-        };
+        let mut files: HashMap<String, Vec<u8>> = HashMap::default();
         let mut s = JoinState::new(config(Some(10 * MIN)));
         for r in ["r1", "r2", "r3", "r4", "r5"] {
             s.add_features(log(r, 0, &["a", "b"]));
         }
         s.add_features(log("r6", 20, &["a", "b"]));
-        let first = s.snapshot(1);
+        let first = s.snapshot(1, &file(1));
         assert_eq!(first.segments, [1]);
-        files.insert(1, first.bytes.clone());
+        assert_eq!(first.files, [file(1)]);
+        files.insert(file(1), first.bytes.clone());
 
         s.add_features(log("r7", 21, &["c"]));
         s.feed(event("r6", "a", 22, EventKind::Impression));
-        let second = s.snapshot(2);
+        let second = s.snapshot(2, &file(2));
         assert_eq!(
             second.segments,
             [1, 2],
@@ -1453,14 +1525,17 @@ mod tests {
             ["r7"],
             "only the new log is written"
         );
-        files.insert(2, second.bytes.clone());
+        assert_eq!(second.files, [file(1), file(2)]);
+        files.insert(file(2), second.bytes.clone());
         let mut restored = JoinState::restore(
             config(Some(10 * MIN)),
             &second.bytes,
+            legacy,
             read(&files),
             no_topic,
         )
         .unwrap();
+        assert_eq!(restored.segment_files(), [file(1), file(2)]);
 
         // Both go on the same way: r1..r5 expire, r6's impression is emitted.
         let later = |s: &mut JoinState| {
@@ -1478,12 +1553,18 @@ mod tests {
         );
 
         // Now segment 1 and 2 hold only dead logs and r8 is new: nothing old is referenced.
-        let third = s.snapshot(3);
+        let third = s.snapshot(3, &file(3));
         assert_eq!(third.segments, [3]);
         files.clear();
-        files.insert(3, third.bytes.clone());
-        let r = JoinState::restore(config(Some(10 * MIN)), &third.bytes, read(&files), no_topic)
-            .unwrap();
+        files.insert(file(3), third.bytes.clone());
+        let r = JoinState::restore(
+            config(Some(10 * MIN)),
+            &third.bytes,
+            legacy,
+            read(&files),
+            no_topic,
+        )
+        .unwrap();
         assert_eq!(r.requests(), 1);
     }
 
@@ -1497,7 +1578,7 @@ mod tests {
         s.add_features(log("r3", 1, &["c"]));
         // r1's impression matched and waits for its label window.
         s.feed(event("r1", "a", 1, EventKind::Impression));
-        let first = s.snapshot(1);
+        let first = s.snapshot(1, &file(1));
         assert_eq!(logs_in(&first.bytes), ["r3"], "only r3's bytes are copied");
         assert_eq!(first.segments, [1]);
 
@@ -1505,7 +1586,8 @@ mod tests {
         let mut restored = JoinState::restore(
             config(Some(10 * MIN)),
             &first.bytes,
-            |e| Err(format!("segment {e} should not be read")),
+            legacy,
+            |f: &str| Err(format!("segment {f} should not be read")),
             |offsets: &BTreeSet<i64>| {
                 asked = offsets.clone();
                 read_from(&topic)(offsets)
@@ -1532,7 +1614,7 @@ mod tests {
         // The restored logs keep their offsets: the next snapshot copies none of them, only
         // r9's, which came with none.
         add_at(&mut restored, &mut topic, 102, log("r4", 41, &["d"]));
-        assert_eq!(logs_in(&restored.snapshot(2).bytes), ["r9"]);
+        assert_eq!(logs_in(&restored.snapshot(2, &file(2)).bytes), ["r9"]);
     }
 
     #[test]
@@ -1542,13 +1624,14 @@ mod tests {
         add_at(&mut s, &mut topic, 5, log("r1", 0, &["a"]));
         add_at(&mut s, &mut topic, 6, log("r2", 0, &["a"]));
         s.feed(event("r1", "a", 1, EventKind::Impression));
-        let snapshot = s.snapshot(1);
+        let snapshot = s.snapshot(1, &file(1));
         // Retention deleted offset 5 before the restore.
         topic.remove(&5);
         let mut r = JoinState::restore(
             config(Some(10 * MIN)),
             &snapshot.bytes,
-            |_| unreachable!(),
+            legacy,
+            |_: &str| unreachable!(),
             read_from(&topic),
         )
         .unwrap();
@@ -1566,7 +1649,7 @@ mod tests {
         let mut topic = Partition::new();
         let mut s = JoinState::new(config(None));
         add_at(&mut s, &mut topic, 0, log("r1", 0, &["a"]));
-        let snapshot = s.snapshot(1);
+        let snapshot = s.snapshot(1, &file(1));
         // The topic was deleted and created again: offset 0 is someone else's record now.
         let mut other = Partition::new();
         add_at(
@@ -1578,7 +1661,8 @@ mod tests {
         let err = JoinState::restore(
             config(None),
             &snapshot.bytes,
-            |_| unreachable!(),
+            legacy,
+            |_: &str| unreachable!(),
             read_from(&other),
         )
         .err()
@@ -1588,20 +1672,20 @@ mod tests {
 
     #[test]
     fn a_snapshot_compacts_segments_that_are_mostly_dead() {
-        let mut files: HashMap<u64, Vec<u8>> = HashMap::default();
+        let mut files: HashMap<String, Vec<u8>> = HashMap::default();
         let mut s = JoinState::new(config(None));
         for r in ["r1", "r2", "r3", "r4", "r5"] {
             s.add_features(log(r, 0, &["a", "b", "c", "d"]));
         }
         s.add_features(log("r6", 20, &["a"]));
-        files.insert(1, s.snapshot(1).bytes);
+        files.insert(file(1), s.snapshot(1, &file(1)).bytes);
         s.add_features(log("r7", 21, &["a"]));
-        files.insert(2, s.snapshot(2).bytes);
+        files.insert(file(2), s.snapshot(2, &file(2)).bytes);
         // r1..r5 expire at 30; r6 lives on, alone in segment 1.
         s.feed(event("x", "y", 31, EventKind::Click));
         s.features_idle(31 * MIN);
         assert_eq!(s.requests(), 2);
-        let third = s.snapshot(3);
+        let third = s.snapshot(3, &file(3));
         assert_eq!(
             third.segments,
             [3],
@@ -1611,7 +1695,8 @@ mod tests {
         let r = JoinState::restore(
             config(None),
             &third.bytes,
-            |e| Err(format!("segment {e} should not be read")),
+            legacy,
+            |f: &str| Err(format!("segment {f} should not be read")),
             no_topic,
         )
         .unwrap();
@@ -1653,8 +1738,14 @@ mod tests {
         );
         assert_eq!(s.watermark_us(), 4 * MIN);
         // The progress survives a snapshot.
-        let mut r =
-            JoinState::restore(c, &s.snapshot(1).bytes, |_| unreachable!(), no_topic).unwrap();
+        let mut r = JoinState::restore(
+            c,
+            &s.snapshot(1, &file(1)).bytes,
+            legacy,
+            |_: &str| unreachable!(),
+            no_topic,
+        )
+        .unwrap();
         assert_eq!(r.watermark_us(), 4 * MIN);
         r.add_event(event("r2", "b", 31, EventKind::Impression));
         assert!(
@@ -1739,5 +1830,102 @@ mod tests {
         assert_eq!(at(i64::MAX, 999_999_999), i64::MAX);
         assert_eq!(at(i64::MIN, -999_999_999), i64::MIN);
         assert_eq!(at(1_764_439_200, 123_456_789), 1_764_439_200_123_456);
+    }
+
+    #[test]
+    fn a_restore_reads_each_segment_from_the_file_the_snapshot_names() {
+        let mut files: HashMap<String, Vec<u8>> = HashMap::default();
+        // The owner (writer b) committed epoch 1.
+        let mut owner = JoinState::new(config(None));
+        owner.add_features(log("r0", 0, &["a"]));
+        let first = owner.snapshot(1, &file_of("b", 1));
+        files.insert(file_of("b", 1), first.bytes.clone());
+        // A zombie (writer a) holds the same state; both read different logs for epoch 2.
+        let mut zombie =
+            JoinState::restore(config(None), &first.bytes, legacy, read(&files), no_topic).unwrap();
+        owner.add_features(log("owner", 1, &["o"]));
+        zombie.add_features(log("zombie", 1, &["z"]));
+        let second = owner.snapshot(2, &file_of("b", 2));
+        files.insert(file_of("b", 2), second.bytes.clone());
+        // The owner committed epoch 2; the zombie writes its own file of epoch 2 late.
+        let late = zombie.snapshot(2, &file_of("a", 2));
+        assert_eq!(logs_in(&late.bytes), ["zombie"]);
+        files.insert(file_of("a", 2), late.bytes);
+        // The owner's next snapshot refers to its own file of epoch 2, by name.
+        owner.add_features(log("r3", 2, &["c"]));
+        let third = owner.snapshot(3, &file_of("b", 3));
+        assert_eq!(
+            third.files,
+            [file_of("b", 1), file_of("b", 2), file_of("b", 3)]
+        );
+        files.insert(file_of("b", 3), third.bytes.clone());
+        let mut r = JoinState::restore(
+            config(None),
+            &third.bytes,
+            |e| format!("by-epoch/{e}"),
+            read(&files),
+            no_topic,
+        )
+        .unwrap();
+        assert_eq!(r.requests(), 3);
+        assert_eq!(
+            keys(&r.feed(event("owner", "o", 3, EventKind::Impression))),
+            [("owner".to_string(), "o".to_string())]
+        );
+        assert!(
+            r.feed(event("zombie", "z", 3, EventKind::Impression))
+                .is_empty(),
+            "the zombie's log is not in the owner's state"
+        );
+    }
+
+    #[test]
+    fn snapshots_of_earlier_formats_restore_from_segments_named_by_epoch() {
+        use prost::Message;
+        // A state file as joiners before format 4 wrote it: no segment names.
+        let old = |bytes: &[u8], format: u32| -> Vec<u8> {
+            let mut rest = bytes;
+            let mut header = SnapshotHeader::decode_length_delimited(&mut rest).unwrap();
+            assert_eq!(header.format, 4);
+            header.format = format;
+            header.segment_files.clear();
+            let mut out = header.encode_length_delimited_to_vec();
+            out.extend_from_slice(rest);
+            out
+        };
+        let mut s = JoinState::new(config(None));
+        s.add_features(log("r1", 0, &["a"]));
+        let first = s.snapshot(1, &file(1));
+        s.add_features(log("r2", 0, &["b"]));
+        let second = s.snapshot(2, &file(2));
+        for format in [2, 3] {
+            let mut files: HashMap<String, Vec<u8>> = HashMap::default();
+            files.insert(legacy(1), old(&first.bytes, format));
+            files.insert(legacy(2), old(&second.bytes, format));
+            let mut r = JoinState::restore(
+                config(None),
+                &files[&legacy(2)],
+                legacy,
+                read(&files),
+                no_topic,
+            )
+            .unwrap();
+            assert_eq!(r.requests(), 2);
+            assert_eq!(r.segment_files(), [legacy(1), legacy(2)]);
+            // The next snapshot names the old files it still refers to.
+            r.add_features(log("r3", 1, &["c"]));
+            let next = r.snapshot(3, &file(3));
+            assert_eq!(next.files, [legacy(1), legacy(2), file(3)]);
+            files.insert(file(3), next.bytes.clone());
+            let again = JoinState::restore(
+                config(None),
+                &next.bytes,
+                |e| format!("by-epoch/{e}"),
+                read(&files),
+                no_topic,
+            )
+            .unwrap();
+            assert_eq!(again.requests(), 3);
+        }
     }
 }
