@@ -23,7 +23,7 @@ use featurelog_testkit::serving::{
 };
 use featurelog_testkit::{TestKafka, TestS3, kafka, s3};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
 const ALLOW: &str = r#"
 [[model]]
@@ -965,6 +965,49 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
     let Some(kafka) = kafka("quiet_inputs_close_label_windows_and_complete_hours") else {
         return;
     };
+    quiet_inputs(kafka, false).await;
+}
+
+/// Apps that write events in transactions leave a commit marker after their last event, which
+/// no consumer receives: a co-partitioned task must still see its events partition as read to
+/// its end when it is quiet, or no label window would ever close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_co_partitioned_events_written_in_transactions_close_label_windows() {
+    let Some(kafka) = kafka("quiet_co_partitioned_events_written_in_transactions") else {
+        return;
+    };
+    quiet_inputs(kafka, true).await;
+}
+
+/// Produces events keyed by request id, murmur2-partitioned (co-partitioned with the feature
+/// logs), in one transaction, as an app with a transactional producer would.
+async fn produce_events_in_a_transaction(kafka: &KafkaConfig, topic: &str, events: &[AppEvent]) {
+    let producer: FutureProducer = kafka
+        .client_config(&[
+            ("partitioner", "murmur2_random"),
+            ("transactional.id", &format!("test-app-{topic}")),
+        ])
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer.begin_transaction().unwrap();
+    for e in events {
+        let request = e.body.split('"').nth(3).unwrap();
+        producer
+            .send(
+                FutureRecord::to(topic).key(request).payload(&e.body),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer
+        .commit_transaction(Duration::from_secs(30))
+        .unwrap();
+}
+
+async fn quiet_inputs(kafka: TestKafka, co_partitioned_in_transactions: bool) {
     let features = kafka.unique_topic("done-features", 1).await;
     let events = kafka.unique_topic("done-events", 1).await;
     let dead_letter = kafka.unique_topic("done-dlq", 1).await;
@@ -996,7 +1039,11 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
         // After the impression: it folds in because the row waits for the label window.
         app.push(app_event(&id, &item, t + 500, "click"));
     }
-    produce_events(&kafka.config, &events, &app).await;
+    if co_partitioned_in_transactions {
+        produce_events_in_a_transaction(&kafka.config, &events, &app).await;
+    } else {
+        produce_events(&kafka.config, &events, &app).await;
+    }
     sidecar.stop();
     sidecar.wait().await;
 
@@ -1020,6 +1067,9 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
         .replace("impressions-wait = \"1h\"", "impressions-wait = \"3s\"")
         .replace("idle-timeout = \"1h\"", "idle-timeout = \"1s\"");
     std::fs::write(&config, text).unwrap();
+    if co_partitioned_in_transactions {
+        set_events_partitioning(&config, "by-request-id");
+    }
     let joiner = Joiner::start(&config);
 
     let rows = wait_for_rows(&out, 4, "rows after the label window").await;

@@ -1420,9 +1420,20 @@ async fn join(
                 }
                 let idle = config.join.idle_timeout;
                 let ooo = i64::try_from(config.join.max_out_of_orderness.as_micros()).unwrap_or(i64::MAX);
+                // How far each partition is read: the consumer's position, which steps over
+                // the transaction markers no message carries (an app writing its events in
+                // transactions ends each with one), or the task's own next offset if further.
+                let positions = consumer.position().ok();
+                let read_to = |topic: &str, p: i32, next: i64| {
+                    let position = positions
+                        .as_ref()
+                        .and_then(|l| l.find_partition(topic, p))
+                        .and_then(|e| e.offset().to_raw());
+                    position.map_or(next, |at| at.max(next))
+                };
                 for (p, task) in tasks.iter_mut() {
                     // What the router does for an events partition it reads (router_progress).
-                    if direct && task.last_events.elapsed() >= idle && read_to_end(consumer.context(), &events_input, *p, task.next[1]) {
+                    if direct && task.last_events.elapsed() >= idle && read_to_end(consumer.context(), &events_input, *p, read_to(&events_input, *p, task.next[1])) {
                         let before = task.state.watermark_us();
                         let rows = task.state.source_progress(*p, wall_clock_us());
                         if !rows.is_empty() || task.state.watermark_us() != before {
@@ -1431,7 +1442,7 @@ async fn join(
                         }
                     }
                     // Only a partition read to its end is quiet; one that is behind is not.
-                    if task.last_features.elapsed() >= idle && read_to_end(consumer.context(), &features_topic, *p, task.next[0]) {
+                    if task.last_features.elapsed() >= idle && read_to_end(consumer.context(), &features_topic, *p, read_to(&features_topic, *p, task.next[0])) {
                         let before = task.state.watermark_us();
                         let rows = task.state.features_idle(wall_clock_us().saturating_sub(ooo));
                         if !rows.is_empty() || task.state.watermark_us() != before {
