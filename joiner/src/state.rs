@@ -150,6 +150,13 @@ struct Pending {
 }
 
 const PENDING_BYTES: usize = 256;
+
+/// What a pending entry is accounted: the fixed part and its ids, which it holds up to three
+/// times (its map key, its due index and the list of items waiting for features). The ids come
+/// from apps, so their length must count against the bound.
+fn pending_bytes(key: &(String, String)) -> usize {
+    PENDING_BYTES + 3 * (key.0.len() + key.1.len())
+}
 /// A held log beyond its record's bytes: the entry, its map slot, its expiry, the decoded
 /// scalar fields and column positions, and the allocator's slack. Set so that the accounting
 /// stays above the resident memory the joiner benchmark measures (10 columns, 100 candidates).
@@ -410,7 +417,7 @@ impl JoinState {
             ..Pending::default()
         });
         if is_new {
-            self.bytes += PENDING_BYTES;
+            self.bytes += pending_bytes(&key);
             if !self.features.contains_key(&key.0) {
                 self.waiting
                     .entry(key.0.clone())
@@ -501,7 +508,7 @@ impl JoinState {
             self.pending_due
                 .remove(&(p.due, key.0.clone(), key.1.clone()));
         }
-        self.bytes = self.bytes.saturating_sub(PENDING_BYTES);
+        self.bytes = self.bytes.saturating_sub(pending_bytes(key));
         Some(p)
     }
 
@@ -527,15 +534,42 @@ impl JoinState {
         });
     }
 
+    /// Evicts entries until the state is within its bound, the one that would leave soonest
+    /// first: feature logs by their expiry, pending entries (impressions waiting for features,
+    /// rows waiting for their label window) by when they are due. Each counts as evicted.
+    /// Feature logs alone are not enough: pending entries can fill the bound by themselves
+    /// (impressions whose features never come), and every new log would then be evicted on
+    /// arrival.
     fn enforce_bound(&mut self) {
         while self.bytes > self.config.max_bytes {
-            let Some((_, request_id)) = self.feature_expiry.pop_first() else {
-                break;
+            let feature = self.feature_expiry.first().map(|(at, _)| *at);
+            let pending = self.pending_due.first().map(|(at, _, _)| *at);
+            let evict_feature = match (feature, pending) {
+                (None, None) => break,
+                (Some(f), Some(p)) => f <= p,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
             };
-            if let Some(f) = self.features.remove(&request_id) {
-                self.bytes = self.bytes.saturating_sub(f.bytes);
-                self.emitted.remove(&request_id);
-                self.counts.evicted += 1;
+            if evict_feature {
+                let Some((_, request_id)) = self.feature_expiry.pop_first() else {
+                    break;
+                };
+                if let Some(f) = self.features.remove(&request_id) {
+                    self.bytes = self.bytes.saturating_sub(f.bytes);
+                    self.emitted.remove(&request_id);
+                    self.counts.evicted += 1;
+                }
+            } else {
+                let Some((due, request_id, item_id)) = self.pending_due.pop_first() else {
+                    break;
+                };
+                let key = (request_id, item_id);
+                // An index entry left behind by a rescheduled or removed entry evicts nothing.
+                if self.pending.get(&key).is_some_and(|p| p.due == due)
+                    && self.remove_pending(&key).is_some()
+                {
+                    self.counts.evicted += 1;
+                }
             }
         }
     }
@@ -1095,7 +1129,7 @@ impl JoinState {
                     indexed: false,
                 },
             );
-            state.bytes += PENDING_BYTES;
+            state.bytes += pending_bytes(&key);
             if !state.features.contains_key(&key.0) {
                 state
                     .waiting
@@ -1409,6 +1443,28 @@ mod tests {
         assert!(s.bytes() <= s.config.max_bytes);
         // The newest survived and still joins.
         assert_eq!(s.feed(event("r3", "a", 3, EventKind::Impression)).len(), 1);
+    }
+
+    #[test]
+    fn impressions_whose_features_never_come_cannot_fill_the_memory_bound() {
+        let mut c = config(None);
+        let one =
+            prost::Message::encoded_len(&log("r0", 0, &["a"])) + ENTRY_BYTES + CANDIDATE_BYTES;
+        c.max_bytes = one * 3;
+        let mut s = JoinState::new(c);
+        // Long ids from an app: they count against the bound.
+        let long = "x".repeat(4096);
+        for i in 0..20 {
+            s.feed(event(&format!("{long}-{i}"), "a", 1, EventKind::Impression));
+        }
+        assert!(s.bytes() <= s.config.max_bytes, "{} bytes", s.bytes());
+        assert!(s.counts.evicted > 0);
+        // A feature log and its impression still join: the bound is not spent on entries
+        // that will never join.
+        let evicted = s.counts.evicted;
+        s.add_features(log("r1", 2, &["a"]));
+        assert_eq!(s.feed(event("r1", "a", 2, EventKind::Impression)).len(), 1);
+        assert!(s.counts.evicted >= evicted);
     }
 
     #[test]
