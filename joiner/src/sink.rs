@@ -882,6 +882,10 @@ impl Dataset {
         let Some(&(seen, watermark)) = known.watermarks.get(task) else {
             let newest = self.latest_checkpoint(task)?;
             if let Some(cp) = &newest {
+                // A marker vouches for every row of its hour: the files of the commit whose
+                // watermark it relies on must be visible first, even if their writer died
+                // between its commit and its roll forward.
+                self.roll_forward(cp)?;
                 known
                     .watermarks
                     .insert(task.to_owned(), (cp.epoch, cp.watermark_us));
@@ -905,6 +909,8 @@ impl Dataset {
             return self.checkpoint_watermark(known, task);
         }
         let cp = self.read_checkpoint(&self.checkpoint_name(task, epoch))?;
+        // Earlier epochs were rolled forward by their writer before it committed the next.
+        self.roll_forward(&cp)?;
         known
             .watermarks
             .insert(task.to_owned(), (epoch, cp.watermark_us));
@@ -1880,6 +1886,31 @@ mod tests {
         // A fresh process (another Dataset) finds the markers and marks nothing twice.
         let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         assert!(again.mark_complete(&tasks, 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_hour_is_marked_complete_only_once_every_committed_file_of_it_is_visible() {
+        const HOUR: i64 = 3_600_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let tasks = vec!["t-0".to_string()];
+        let first = writer.stage("t-0", 1, &rows(0)).unwrap();
+        let cp1 = committed("t-0", 1, &first);
+        writer.commit(&cp1).unwrap();
+        writer.roll_forward(&cp1).unwrap();
+        // The writer commits more rows of the same hours and dies before its roll forward.
+        let second = writer.stage("t-0", 2, &rows(0)).unwrap();
+        let mut cp2 = committed("t-0", 2, &second);
+        cp2.watermark_us = 2 * HOUR;
+        writer.commit(&cp2).unwrap();
+        let observer = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(
+            observer.mark_complete(&tasks, 0).unwrap(),
+            ["dt=1970-01-01/hr=00", "dt=1970-01-01/hr=01"]
+        );
+        for file in &cp2.files {
+            assert!(dir.path().join(file).exists(), "{file} not visible");
+        }
     }
 
     fn checkpoint_epochs_on_disk(ds: &Dataset, task: &str) -> Vec<u64> {
