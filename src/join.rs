@@ -32,10 +32,16 @@ pub fn run(args: JoinArgs) -> Result<(), crate::Failure> {
         .context("--config is required")
         .map_err(crate::Failure::Config)?;
     let config = JoinerConfig::load(&path).map_err(|e| crate::Failure::Config(e.into()))?;
-    crate::runtime()?.block_on(async move {
+    let runtime = crate::runtime()?;
+    let result = runtime.block_on(async move {
         let shutdown = crate::signals::shutdown_on_signals()?;
         featurelog_joiner::run::run(config, shutdown).await?;
         Ok::<_, anyhow::Error>(())
-    })?;
+    });
+    // Everything that matters finished inside `block_on`; what may be left on the blocking
+    // pool is a metadata request to a broker that does not answer, which must not hold the
+    // exit for its whole timeout.
+    runtime.shutdown_background();
+    result?;
     Ok(())
 }

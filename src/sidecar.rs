@@ -51,13 +51,24 @@ pub fn run(args: SidecarArgs) -> Result<(), crate::Failure> {
     let config = SidecarConfig::load(&path)
         .map_err(anyhow::Error::from)
         .map_err(crate::Failure::Config)?;
-    crate::runtime()?.block_on(async move {
+    if config.mode == featurelog_sidecar::Mode::Log {
+        // The same check as --check-config, before anything starts: a missing or broken allow
+        // list is a configuration error (exit 2), not a failure of the running service.
+        featurelog_sidecar::allowlist::AllowListHandle::load(&config.allow_list)
+            .map_err(anyhow::Error::from)
+            .map_err(crate::Failure::Config)?;
+    }
+    let runtime = crate::runtime()?;
+    let result = runtime.block_on(async move {
         let shutdown = crate::signals::shutdown_on_signals()?;
         let sidecar = featurelog_sidecar::start(config, shutdown).await?;
         let left = sidecar.wait().await;
         tracing::info!(unacknowledged = left, "sidecar stopped");
         Ok::<_, anyhow::Error>(())
-    })?;
+    });
+    // The flush finished (or gave up) inside `block_on`: nothing left may hold the exit.
+    runtime.shutdown_background();
+    result?;
     Ok(())
 }
 

@@ -62,3 +62,18 @@ fn an_invalid_config_is_refused_with_exit_code_2_and_the_reason() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_sidecar_whose_allow_list_is_missing_does_not_start_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sidecar.toml");
+    std::fs::write(
+        &path,
+        "upstream = \"http://127.0.0.1:1\"\nallow-list = \"missing.toml\"\n[kafka]\nbootstrap-servers = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let out = featurelog(&["sidecar", "--config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("missing.toml"), "{stderr}");
+}

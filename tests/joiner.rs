@@ -1273,3 +1273,20 @@ async fn over_tls_and_scram_the_sidecar_and_joiner_write_exactly_the_expected_ro
         .await;
     assert_eq!(dead[0].payload, b"{not json");
 }
+
+/// A joiner still waiting for its brokers at start-up (here: none answers) stops at the first
+/// SIGTERM with success, instead of finishing its waits and then failing.
+#[test]
+fn sigterm_during_start_up_stops_the_joiner_cleanly() {
+    let dir = temp_dir();
+    let config = dir.path().join("join.toml");
+    std::fs::write(
+        &config,
+        "[kafka]\nbootstrap-servers = \"127.0.0.1:1\"\n[input]\nevents-topic = \"events\"\n[output]\npath = \"data\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let joiner = Joiner::start(&config);
+    std::thread::sleep(Duration::from_secs(2));
+    let status = joiner.terminate();
+    assert!(status.success(), "{status}");
+}

@@ -393,8 +393,11 @@ impl JoinerConfig {
             path: path.to_owned(),
             message,
         };
-        let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env);
-        let mut config: JoinerConfig = figment.extract().map_err(|e| err(e.to_string()))?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env.clone());
+        let mut config: JoinerConfig = figment
+            .extract()
+            .map_err(|e| err(featurelog_kafka::mask_secrets(&e.to_string(), text, &env)))?;
         match config.output.location().map_err(err)? {
             OutputLocation::Local(local) => {
                 if config.output.object_store.is_some() {
@@ -439,6 +442,34 @@ impl JoinerConfig {
         }
         if config.group.is_empty() || config.input.events_topic.is_empty() {
             return Err(err("group and input.events-topic must not be empty".into()));
+        }
+        config.kafka.check().map_err(err)?;
+        let i = &config.input;
+        for (what, topic) in [
+            ("input.features-topic", &i.features_topic),
+            ("input.events-topic", &i.events_topic),
+            ("input.dead-letter-topic", &i.dead_letter_topic),
+        ] {
+            featurelog_kafka::check_topic_name(what, topic).map_err(err)?;
+        }
+        // The group names the joiner's own repartition topic.
+        featurelog_kafka::check_topic_name(
+            "group (in its repartition topic)",
+            &config.repartition_topic(),
+        )
+        .map_err(err)?;
+        if i.features_topic == i.events_topic
+            || i.dead_letter_topic == i.features_topic
+            || i.dead_letter_topic == i.events_topic
+        {
+            return Err(err(
+                "input.features-topic, input.events-topic and input.dead-letter-topic must be three different topics".into(),
+            ));
+        }
+        if config.join.state_max_bytes == 0 || config.output.row_group_rows == 0 {
+            return Err(err(
+                "join.state-max-bytes and output.row-group-rows must be at least 1".into(),
+            ));
         }
         Ok(config)
     }
@@ -495,6 +526,54 @@ mod tests {
         [output]
         path = "data"
     "#;
+
+    #[test]
+    fn settings_that_could_only_fail_at_run_time_are_refused_at_load() {
+        let refused = |env: &[(&str, &str)], expected: &str| {
+            let env: Vec<(String, String)> = env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let err = JoinerConfig::from_toml_with_env(Path::new("join.toml"), MINIMAL, env)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{err}");
+        };
+        refused(
+            &[("FEATURELOG_JOIN__KAFKA__BOOTSTRAP_SERVERS", "")],
+            "bootstrap-servers is empty",
+        );
+        refused(
+            &[("FEATURELOG_JOIN__INPUT__DEAD_LETTER_TOPIC", "dead letters")],
+            "not a legal Kafka topic name",
+        );
+        refused(
+            &[("FEATURELOG_JOIN__GROUP", "my group")],
+            "repartition topic",
+        );
+        refused(
+            &[(
+                "FEATURELOG_JOIN__INPUT__EVENTS_TOPIC",
+                "featurelog.feature-log.v1",
+            )],
+            "three different topics",
+        );
+        refused(
+            &[("FEATURELOG_JOIN__JOIN__STATE_MAX_BYTES", "0")],
+            "state-max-bytes",
+        );
+        // A misspelt librdkafka property, whose value could be a password.
+        let text = format!("{MINIMAL}\n[kafka.properties]\n\"sasl.pasword\" = \"hunter2\"\n");
+        let text = text.replacen("[kafka]\n        bootstrap-servers = \"k:9092\"", "", 1);
+        let text = format!("[kafka]\nbootstrap-servers = \"k:9092\"\n{text}");
+        let err = JoinerConfig::from_toml_with_env(Path::new("join.toml"), &text, Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sasl.pasword") && !err.contains("hunter2"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn defaults_and_overrides() {

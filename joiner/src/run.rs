@@ -148,6 +148,27 @@ fn client(what: &'static str) -> impl FnOnce(RdKafkaError) -> JoinError {
 /// Runs the router and the join until `shutdown`; returns the first error of either.
 pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<(), JoinError> {
     let config = Arc::new(config);
+    // Start-up waits on the brokers (topic checks, up to tens of seconds when they are slow or
+    // gone): a shutdown signal meanwhile ends it at once, with nothing to drain.
+    let started = tokio::select! {
+        _ = shutdown.cancelled() => {
+            tracing::info!("shutdown requested during start-up");
+            return Ok(());
+        }
+        started = start(&config) => started?,
+    };
+    serve(config, started, shutdown).await
+}
+
+/// What start-up found out.
+struct Started {
+    partitions: i32,
+    event_sources: i32,
+    held_in_topic: bool,
+    dataset: Dataset,
+}
+
+async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
     let kafka = &config.kafka;
     let features = &config.input.features_topic;
     let partitions =
@@ -211,7 +232,7 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         )
         .await?;
     }
-    let held_in_topic = held_logs_in_topic(&config).await?;
+    let held_in_topic = held_logs_in_topic(config).await?;
     let dataset = Dataset::from_config(&config.output)?;
     tokio::task::block_in_place(|| dataset.check())?;
     // Before any group is joined: a dataset written with the other events-partitioning is
@@ -227,7 +248,26 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         Ok(())
     })?;
     tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, "joiner starting");
+    Ok(Started {
+        partitions,
+        event_sources,
+        held_in_topic,
+        dataset,
+    })
+}
 
+async fn serve(
+    config: Arc<JoinerConfig>,
+    started: Started,
+    shutdown: CancellationToken,
+) -> Result<(), JoinError> {
+    let Started {
+        partitions,
+        event_sources,
+        held_in_topic,
+        dataset,
+    } = started;
+    let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
     let metrics = Arc::new(JoinMetrics::new());
     let listen = config.metrics.listen;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -238,12 +278,23 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         })?;
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let render = metrics.clone();
+    // The endpoint outlives the first signal, so that the drain and the last commit can be
+    // watched (/readyz answers 503 from the signal on); it stops when this function returns.
+    let endpoint = CancellationToken::new();
+    let _endpoint = endpoint.clone().drop_guard();
     tokio::spawn(featurelog_ops::serve(
         listener,
         Arc::new(move || render.render()),
         ready.clone(),
-        shutdown.clone(),
+        endpoint,
     ));
+    {
+        let (ready, shutdown) = (ready.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            ready.store(false, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
 
     let stop = shutdown.child_token();
     let router = (!direct).then(|| {

@@ -12,6 +12,6 @@ mod config;
 mod dev_broker;
 mod error;
 
-pub use config::KafkaConfig;
+pub use config::{KafkaConfig, check_topic_name, mask_secrets};
 pub use dev_broker::DevBroker;
 pub use error::KafkaError;

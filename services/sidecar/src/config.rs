@@ -213,8 +213,11 @@ impl SidecarConfig {
             path: path.to_owned(),
             message,
         };
-        let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env);
-        let mut config: SidecarConfig = figment.extract().map_err(|e| err(e.to_string()))?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env.clone());
+        let mut config: SidecarConfig = figment
+            .extract()
+            .map_err(|e| err(featurelog_kafka::mask_secrets(&e.to_string(), text, &env)))?;
         if config.allow_list.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             config.allow_list = base.join(&config.allow_list);
@@ -239,9 +242,16 @@ impl SidecarConfig {
                 "mode is \"log\" but there is no [kafka] section with bootstrap-servers".into(),
             );
         }
+        if let Some(kafka) = &self.kafka {
+            kafka.check()?;
+        }
         let p = &self.publish;
-        if p.topic.is_empty() {
-            return Err("publish.topic is empty".into());
+        featurelog_kafka::check_topic_name("publish.topic", &p.topic)?;
+        if p.max_message_bytes == 0 {
+            return Err("publish.max-message-bytes must be at least 1".into());
+        }
+        if self.shutdown_timeout.is_zero() {
+            return Err("shutdown-timeout must be longer than zero: calls in flight and the producer's flush need time at shutdown".into());
         }
         if p.queue_capacity == 0 || p.workers == 0 || p.queue_max_bytes == 0 {
             return Err("publish.queue-capacity, publish.queue-max-bytes and publish.workers must be at least 1".into());
@@ -288,6 +298,48 @@ mod tests {
             text,
             env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
         )
+    }
+
+    #[test]
+    fn settings_that_could_only_fail_at_run_time_are_refused_at_load() {
+        let refused = |text: &str, env: &[(&str, &str)], expected: &str| {
+            let err = parse(text, env).unwrap_err().to_string();
+            assert!(err.contains(expected), "{err}");
+        };
+        refused(
+            MINIMAL,
+            &[("FEATURELOG_SIDECAR__KAFKA__BOOTSTRAP_SERVERS", "")],
+            "bootstrap-servers is empty",
+        );
+        refused(
+            MINIMAL,
+            &[("FEATURELOG_SIDECAR__SHUTDOWN_TIMEOUT", "0s")],
+            "shutdown-timeout",
+        );
+        refused(
+            MINIMAL,
+            &[("FEATURELOG_SIDECAR__PUBLISH__MAX_MESSAGE_BYTES", "0")],
+            "max-message-bytes",
+        );
+        refused(
+            MINIMAL,
+            &[("FEATURELOG_SIDECAR__PUBLISH__TOPIC", "feature logs")],
+            "not a legal Kafka topic name",
+        );
+        // A misspelt librdkafka property, and a secret quoted by the TOML parser: neither
+        // message shows the value.
+        let typo = format!("{MINIMAL}\n[kafka.properties]\n\"sasl.pasword\" = \"hunter2\"\n");
+        refused(&typo, &[], "sasl.pasword");
+        assert!(
+            !parse(&typo, &[])
+                .unwrap_err()
+                .to_string()
+                .contains("hunter2")
+        );
+        let unquoted =
+            format!("{MINIMAL}\n[kafka.properties]\n\"sasl.password\" = hunter2secret\n");
+        let err = parse(&unquoted, &[]).unwrap_err().to_string();
+        assert!(!err.contains("hunter2secret"), "{err}");
     }
 
     #[test]
