@@ -286,7 +286,7 @@ impl OutputConfig {
                 builder = builder.with_allow_http(allow);
             }
             for (key, value) in &o.options {
-                // Environment overrides arrive with dashes (FEATURELOG_JOIN__..._AWS_X => aws-x).
+                // Written either way in files (aws-x or aws_x); object_store wants underscores.
                 let parsed = AmazonS3ConfigKey::from_str(&key.replace('-', "_")).map_err(|_| {
                     format!("output.object-store.options: unknown S3 setting {key:?}")
                 })?;
@@ -394,10 +394,9 @@ impl JoinerConfig {
             message,
         };
         let env: Vec<(String, String)> = env.into_iter().collect();
-        let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env.clone());
-        let mut config: JoinerConfig = figment
-            .extract()
-            .map_err(|e| err(featurelog_kafka::mask_secrets(&e.to_string(), text, &env)))?;
+        let mut config: JoinerConfig =
+            featurelog_ops::extract_config(text, ENV_PREFIX, env.clone())
+                .map_err(|e| err(featurelog_kafka::mask_secrets(&e, text, &env)))?;
         match config.output.location().map_err(err)? {
             OutputLocation::Local(local) => {
                 if config.output.object_store.is_some() {

@@ -214,10 +214,9 @@ impl SidecarConfig {
             message,
         };
         let env: Vec<(String, String)> = env.into_iter().collect();
-        let figment = featurelog_ops::layered_config(text, ENV_PREFIX, env.clone());
-        let mut config: SidecarConfig = figment
-            .extract()
-            .map_err(|e| err(featurelog_kafka::mask_secrets(&e.to_string(), text, &env)))?;
+        let mut config: SidecarConfig =
+            featurelog_ops::extract_config(text, ENV_PREFIX, env.clone())
+                .map_err(|e| err(featurelog_kafka::mask_secrets(&e, text, &env)))?;
         if config.allow_list.is_relative() {
             let base = path.parent().unwrap_or(Path::new("."));
             config.allow_list = base.join(&config.allow_list);
@@ -340,6 +339,38 @@ mod tests {
             format!("{MINIMAL}\n[kafka.properties]\n\"sasl.password\" = hunter2secret\n");
         let err = parse(&unquoted, &[]).unwrap_err().to_string();
         assert!(!err.contains("hunter2secret"), "{err}");
+    }
+
+    #[test]
+    fn environment_values_are_taken_as_the_field_needs_them() {
+        let c = parse(
+            MINIMAL,
+            &[
+                ("FEATURELOG_SIDECAR__INSTANCE", "7"),
+                ("FEATURELOG_SIDECAR__PUBLISH__TOPIC", "2024"),
+                ("FEATURELOG_SIDECAR__PUBLISH__QUEUE_CAPACITY", "5"),
+                ("FEATURELOG_SIDECAR__KAFKA__PROPERTIES__LINGER_MS", "20"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.instance.as_deref(), Some("7"));
+        assert_eq!(c.publish.topic, "2024");
+        assert_eq!(c.publish.queue_capacity, 5);
+        let kafka = c.kafka.unwrap();
+        assert_eq!(
+            kafka.properties.get("linger.ms").map(String::as_str),
+            Some("20")
+        );
+        let err = parse(
+            MINIMAL,
+            &[("FEATURELOG_SIDECAR__PUBLISH__QUEUE_CAPACITY", "lots")],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("FEATURELOG_SIDECAR__PUBLISH__QUEUE_CAPACITY"),
+            "{err}"
+        );
     }
 
     #[test]
