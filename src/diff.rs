@@ -3,6 +3,7 @@
 //! bad key, bad thresholds file). It returns its own exit code because "skew" is neither
 //! success nor a failure to run.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -90,6 +91,12 @@ fn execute(args: DiffArgs) -> anyhow::Result<Verdict> {
         Format::Json => report.to_json() + "\n",
         Format::Markdown => report.render_markdown(),
     };
-    print!("{out}");
+    // Not print!: it panics when stdout fails (a full disk, a closed pipe); that is an error
+    // like any other, exit code 2.
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("writing the report to stdout")?;
     Ok(report.verdict())
 }

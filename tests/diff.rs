@@ -1,7 +1,9 @@
 //! `featurelog diff` end to end: datasets generated here with known injected skews (locale
 //! truncation, separator swap, float noise within and beyond tolerance, missing keys, a stale
 //! column) must be reported exactly, and nothing else; exit codes 0/1/2; the HTML report opens
-//! in headless Chromium without console errors and is screenshotted.
+//! in headless Chromium without console errors and is screenshotted. Then inputs as other
+//! writers make them: every Parquet codec, CSV keys and types, hive escapes, UInt64 ids,
+//! infinities, nulls inside lists, timestamps of different units.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::BTreeSet;
@@ -10,12 +12,18 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use arrow_array::types::Float32Type;
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::types::{
+    Float32Type, Float64Type, TimestampMicrosecondType, TimestampMillisecondType,
+};
 use arrow_array::{
-    ArrayRef, FixedSizeListArray, Float32Array, Float64Array, Int64Array, ListArray, RecordBatch,
-    StringArray, TimestampMicrosecondArray,
+    ArrayRef, Date32Array, FixedSizeListArray, Float32Array, Float64Array, Int64Array, ListArray,
+    RecordBatch, StringArray, TimestampMicrosecondArray, TimestampMillisecondArray,
+    TimestampSecondArray, UInt64Array,
 };
 use parquet::arrow::ArrowWriter;
+use parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
+use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
 const ROWS: usize = 2000;
@@ -151,8 +159,13 @@ fn served_batch(range: std::ops::Range<usize>) -> RecordBatch {
 }
 
 fn write_parquet(path: &Path, batch: &RecordBatch) {
+    write_parquet_with(path, batch, None);
+}
+
+fn write_parquet_with(path: &Path, batch: &RecordBatch, compression: Option<Compression>) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), None).unwrap();
+    let props = compression.map(|c| WriterProperties::builder().set_compression(c).build());
+    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), props).unwrap();
     w.write(batch).unwrap();
     w.close().unwrap();
 }
@@ -822,4 +835,544 @@ fn html_report_opens_in_headless_chromium() {
     if let Ok(dir) = std::env::var("FEATURELOG_DIFF_SCREENSHOT") {
         std::fs::copy(&png, Path::new(&dir).join("diff-report.png")).unwrap();
     }
+}
+
+/// Runs `featurelog diff --format json` on two paths keyed by `key`: the exit code, the report
+/// (Null when stdout is not JSON) and stderr.
+fn diff_json(served: &Path, offline: &Path, key: &str, extra: &[&str]) -> (i32, Value, String) {
+    let (served, offline) = (served.display().to_string(), offline.display().to_string());
+    let mut args = vec![
+        "diff",
+        "--served",
+        &served,
+        "--offline",
+        &offline,
+        "--key",
+        key,
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let out = featurelog(&args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), report, err)
+}
+
+fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+    RecordBatch::try_from_iter(columns).unwrap()
+}
+
+/// Offline tables come from any writer: snappy (the default of pyarrow, pandas, Spark and
+/// DuckDB), gzip, lz4 and brotli must read as well as the joiner's zstd.
+#[test]
+fn reads_parquet_of_every_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 3000;
+    let b = batch(vec![
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(0..rows)) as ArrayRef,
+        ),
+        (
+            "x",
+            Arc::new(Float64Array::from_iter_values(
+                (0..rows).map(|i| i as f64 / 7.0),
+            )),
+        ),
+        (
+            "s",
+            Arc::new(StringArray::from_iter_values(
+                (0..rows).map(|i| format!("v{}", i % 17)),
+            )),
+        ),
+    ]);
+    let zstd = dir.path().join("zstd.parquet");
+    write_parquet_with(&zstd, &b, Some(Compression::ZSTD(ZstdLevel::default())));
+    for (name, codec) in [
+        ("snappy", Compression::SNAPPY),
+        ("gzip", Compression::GZIP(GzipLevel::default())),
+        ("lz4_raw", Compression::LZ4_RAW),
+        ("lz4", Compression::LZ4),
+        ("brotli", Compression::BROTLI(BrotliLevel::default())),
+    ] {
+        let path = dir.path().join(format!("{name}.parquet"));
+        write_parquet_with(&path, &b, Some(codec));
+        let (code, r, err) = diff_json(&path, &zstd, "id", &[]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert_eq!(r["coverage"]["both"], rows, "{name}");
+        let (code, _, err) = diff_json(&zstd, &path, "id", &[]);
+        assert_eq!(code, 0, "{name} offline: {err}");
+    }
+}
+
+/// No tolerance reaches an infinity: inf vs 0.0 and -inf vs +inf are mismatches whose
+/// difference lands in the top bucket of the histogram.
+#[test]
+fn infinities_mismatch_anything_but_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (inf, ninf) = (f64::INFINITY, f64::NEG_INFINITY);
+    let ids = || Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])) as ArrayRef;
+    let served = dir.path().join("served.parquet");
+    let offline = dir.path().join("offline.parquet");
+    write_parquet(
+        &served,
+        &batch(vec![
+            ("id", ids()),
+            (
+                "x",
+                Arc::new(Float64Array::from(vec![inf, ninf, 1.0, inf, ninf])),
+            ),
+        ]),
+    );
+    write_parquet(
+        &offline,
+        &batch(vec![
+            ("id", ids()),
+            (
+                "x",
+                Arc::new(Float64Array::from(vec![0.0, inf, 1.0, inf, ninf])),
+            ),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 1, "{err}");
+    let f = feature(&r, "x");
+    assert_eq!(f["mismatches"], 2, "{f}");
+    assert_eq!(f["matches"], 3);
+    assert_eq!(f["within_tolerance"], 0);
+    let hist = f["difference_histogram"].as_array().unwrap();
+    assert_eq!(hist.len(), 1, "{hist:?}");
+    assert_eq!(hist[0]["upper"], Value::Null);
+    assert_eq!(hist[0]["count"], 2);
+    let pairs: BTreeSet<(String, String)> = f["top_pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["served"].to_string(), p["offline"].to_string()))
+        .collect();
+    assert_eq!(
+        pairs,
+        BTreeSet::from([
+            ("\"inf\"".to_owned(), "\"0\"".to_owned()),
+            ("\"-inf\"".to_owned(), "\"inf\"".to_owned()),
+        ])
+    );
+}
+
+fn text_lists(rows: &[&[Option<&str>]]) -> ArrayRef {
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for row in rows {
+        for v in *row {
+            b.values().append_option(*v);
+        }
+        b.append(true);
+    }
+    Arc::new(b.finish())
+}
+
+/// A null inside a list equals only a null (not 0.0, not ""), and prints as `null`.
+#[test]
+fn null_list_elements_are_values_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = || Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef;
+    let served = dir.path().join("served.parquet");
+    let offline = dir.path().join("offline.parquet");
+    write_parquet(
+        &served,
+        &batch(vec![
+            ("id", ids()),
+            (
+                "emb",
+                Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(vec![
+                    Some(vec![None]),
+                    Some(vec![Some(1.0), None]),
+                    Some(vec![Some(2.5)]),
+                ])),
+            ),
+            (
+                "tags",
+                text_lists(&[&[Some("a"), None], &[None], &[Some("b")]]),
+            ),
+        ]),
+    );
+    write_parquet(
+        &offline,
+        &batch(vec![
+            ("id", ids()),
+            (
+                "emb",
+                Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(vec![
+                    Some(vec![Some(0.0)]),
+                    Some(vec![Some(1.0), None]),
+                    Some(vec![Some(2.5)]),
+                ])),
+            ),
+            (
+                "tags",
+                text_lists(&[&[Some("a"), Some("")], &[None], &[Some("b")]]),
+            ),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 1, "{err}");
+    let f = feature(&r, "emb");
+    assert_eq!(f["mismatches"], 1, "{f}");
+    assert_eq!(f["top_pairs"][0]["served"], "[null]");
+    assert_eq!(f["top_pairs"][0]["offline"], "[0]");
+    assert_eq!(f["top_pairs"][0]["example_keys"][0], "1");
+    let f = feature(&r, "tags");
+    assert_eq!(f["mismatches"], 1, "{f}");
+    assert_eq!(f["top_pairs"][0]["served"], r#"["a", null]"#);
+    assert_eq!(f["top_pairs"][0]["offline"], r#"["a", ""]"#);
+}
+
+/// UInt64 ids above i64::MAX are keys (not nulls) and match the same id as text.
+#[test]
+fn u64_keys_keep_their_full_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = [u64::MAX, 1 << 63, (1 << 63) - 1, 5];
+    let served = dir.path().join("served.parquet");
+    let offline = dir.path().join("offline.parquet");
+    let x = || Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0, 4.0])) as ArrayRef;
+    write_parquet(
+        &served,
+        &batch(vec![
+            ("id", Arc::new(UInt64Array::from(ids.to_vec()))),
+            ("x", x()),
+        ]),
+    );
+    write_parquet(
+        &offline,
+        &batch(vec![
+            (
+                "id",
+                Arc::new(StringArray::from_iter_values(
+                    ids.iter().map(|i| i.to_string()),
+                )),
+            ),
+            ("x", x()),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 0, "{err}\n{r}");
+    let c = &r["coverage"];
+    assert_eq!(c["both"], 4, "{c}");
+    assert_eq!(c["served_null_keys"], 0);
+    assert_eq!(c["served_duplicate_keys"], 0);
+    assert_eq!(feature(&r, "x")["mismatches"], 0);
+
+    // The same bits as a negative Int64 are another id.
+    let signed = dir.path().join("signed.parquet");
+    write_parquet(
+        &signed,
+        &batch(vec![
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(ids.iter().map(|&i| i as i64))),
+            ),
+            ("x", x()),
+        ]),
+    );
+    let (_, r, err) = diff_json(&served, &signed, "id", &[]);
+    assert_eq!(r["coverage"]["both"], 2, "{err}");
+    assert_eq!(r["coverage"]["served_only"], 2);
+}
+
+/// CSV key columns are text, so the canonical-integer rule applies to them: `0123` is not
+/// `123` and `07` is not `7`, while `123` still matches the integer 123.
+#[test]
+fn csv_keys_are_read_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served.parquet");
+    write_parquet(
+        &served,
+        &batch(vec![
+            (
+                "id",
+                Arc::new(StringArray::from(vec!["0123", "07", "123"])) as ArrayRef,
+            ),
+            ("x", Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0]))),
+        ]),
+    );
+    let offline = dir.path().join("offline.csv");
+    std::fs::write(&offline, "id,x\n0123,1\n7,2\n123,3\n").unwrap();
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 1, "{err}");
+    let c = &r["coverage"];
+    assert_eq!(c["both"], 2, "{c}");
+    assert_eq!(c["offline_duplicate_keys"], 0, "0123 and 123 are two keys");
+    assert_eq!(c["served_only_examples"], serde_json::json!(["07"]));
+    assert_eq!(c["offline_only_examples"], serde_json::json!(["7"]));
+    assert_eq!(feature(&r, "x")["mismatches"], 0);
+
+    // Integer ids on the other side match canonical text only.
+    let ints = dir.path().join("ints.parquet");
+    write_parquet(
+        &ints,
+        &batch(vec![
+            ("id", Arc::new(Int64Array::from(vec![123, 7])) as ArrayRef),
+            ("x", Arc::new(Float64Array::from(vec![3.0, 2.0]))),
+        ]),
+    );
+    let (_, r, err) = diff_json(&ints, &offline, "id", &[]);
+    assert_eq!(r["coverage"]["both"], 2, "{err}");
+    assert_eq!(r["coverage"]["offline_only_examples"][0], "0123");
+}
+
+/// A CSV with a header and no rows is a side of zero rows (not a Null-typed key), an empty
+/// file in a directory adds nothing, and the files of a directory agree on types: Int64 in one
+/// and Float64 in another read as Float64, an empty column takes the others' type.
+#[test]
+fn csv_sides_of_zero_rows_and_of_files_inferring_differently() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served.parquet");
+    write_parquet(
+        &served,
+        &batch(vec![
+            ("id", Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef),
+            ("x", Arc::new(Float64Array::from(vec![1.0, 2.0, 2.5]))),
+            (
+                "y",
+                Arc::new(StringArray::from(vec![None, None, Some("a")])),
+            ),
+        ]),
+    );
+
+    let header_only = dir.path().join("header.csv");
+    std::fs::write(&header_only, "id,x,y\n").unwrap();
+    let (code, r, err) = diff_json(&served, &header_only, "id", &[]);
+    assert_eq!(code, 1, "served-only keys, not an error: {err}");
+    assert_eq!(r["offline"]["rows"], 0);
+    assert_eq!(r["coverage"]["served_only"], 3);
+    assert_eq!(r["coverage"]["both"], 0);
+
+    let offline = dir.path().join("offline");
+    std::fs::create_dir_all(&offline).unwrap();
+    std::fs::write(offline.join("a.csv"), "id,x,y\n1,1,\n2,2,\n").unwrap();
+    std::fs::write(offline.join("b.csv"), "id,x,y\n3,2.5,a\n").unwrap();
+    std::fs::write(offline.join("c.csv"), "id,x,y\n").unwrap();
+    std::fs::write(offline.join("d.csv"), "").unwrap();
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 0, "{err}\n{r}");
+    assert_eq!(r["offline"]["files"], 4);
+    assert_eq!(r["offline"]["rows"], 3);
+    assert_eq!(r["coverage"]["both"], 3);
+    assert_eq!(feature(&r, "x")["offline_type"], "Float64");
+    assert_eq!(feature(&r, "x")["mismatches"], 0);
+    assert_eq!(feature(&r, "y")["offline_type"], "Utf8");
+    assert_eq!(feature(&r, "y")["mismatches"], 0);
+}
+
+/// Hive directories as pyarrow, Spark and Hive write them: values percent-encoded
+/// (`en%20US`), null as `__HIVE_DEFAULT_PARTITION__`.
+#[test]
+fn hive_partition_values_are_decoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served");
+    for (i, segment) in [
+        "locale=en%20US",
+        "locale=__HIVE_DEFAULT_PARTITION__",
+        "locale=a%2Fb%3Dc%25",
+        "locale=%C3%BC",
+    ]
+    .iter()
+    .enumerate()
+    {
+        write_parquet(
+            &served.join(segment).join("part-0.parquet"),
+            &batch(vec![
+                ("id", Arc::new(Int64Array::from(vec![i as i64])) as ArrayRef),
+                ("x", Arc::new(Float64Array::from(vec![i as f64]))),
+            ]),
+        );
+    }
+    let offline = dir.path().join("offline.parquet");
+    write_parquet(
+        &offline,
+        &batch(vec![
+            (
+                "id",
+                Arc::new(Int64Array::from(vec![0, 1, 2, 3])) as ArrayRef,
+            ),
+            ("x", Arc::new(Float64Array::from(vec![0.0, 1.0, 2.0, 3.0]))),
+            (
+                "locale",
+                Arc::new(StringArray::from(vec![
+                    Some("en US"),
+                    None,
+                    Some("a/b=c%"),
+                    Some("ü"),
+                ])),
+            ),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 0, "{err}\n{r}");
+    let f = feature(&r, "locale");
+    assert_eq!(f["compared"], 4);
+    assert_eq!(f["mismatches"], 0, "{f}");
+    assert_eq!(f["both_null"], 1);
+}
+
+/// Temporal values compare in one unit: 1000 ms is 1000000 us, a date is its midnight UTC,
+/// inside lists too; a real difference of 1 ms is 1000 (us).
+#[test]
+fn timestamps_compare_across_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = || Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef;
+    let ms = [1000i64, 1_700_000_000_123];
+    let day = 19_675i32; // 2023-11-14
+    let served = dir.path().join("served.parquet");
+    let offline = dir.path().join("offline.parquet");
+    write_parquet(
+        &served,
+        &batch(vec![
+            ("id", ids()),
+            ("ts", Arc::new(TimestampMillisecondArray::from(ms.to_vec()))),
+            (
+                "late",
+                Arc::new(TimestampMillisecondArray::from(ms.to_vec()).with_timezone("UTC")),
+            ),
+            ("day", Arc::new(Date32Array::from(vec![day, day + 1]))),
+            (
+                "times",
+                Arc::new(ListArray::from_iter_primitive::<
+                    TimestampMillisecondType,
+                    _,
+                    _,
+                >(vec![
+                    Some(vec![Some(ms[0]), None]),
+                    Some(vec![Some(ms[1])]),
+                ])),
+            ),
+        ]),
+    );
+    let micros: Vec<i64> = ms.iter().map(|v| v * 1000).collect();
+    let secs = i64::from(day) * 86_400;
+    write_parquet(
+        &offline,
+        &batch(vec![
+            ("id", ids()),
+            (
+                "ts",
+                Arc::new(TimestampMicrosecondArray::from(micros.clone())),
+            ),
+            (
+                "late",
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![micros[0], micros[1] + 1000])
+                        .with_timezone("UTC"),
+                ),
+            ),
+            (
+                "day",
+                Arc::new(TimestampSecondArray::from(vec![secs, secs + 86_400])),
+            ),
+            (
+                "times",
+                Arc::new(ListArray::from_iter_primitive::<
+                    TimestampMicrosecondType,
+                    _,
+                    _,
+                >(vec![
+                    Some(vec![Some(micros[0]), None]),
+                    Some(vec![Some(micros[1])]),
+                ])),
+            ),
+        ]),
+    );
+    let thresholds = dir.path().join("exact.toml");
+    std::fs::write(&thresholds, "[features]\nrel-tolerance = 0.0\n").unwrap();
+    let t = thresholds.display().to_string();
+    let (code, r, err) = diff_json(&served, &offline, "id", &["--thresholds", &t]);
+    assert_eq!(code, 1, "{err}");
+    for name in ["ts", "day", "times"] {
+        let f = feature(&r, name);
+        assert_eq!(f["mismatches"], 0, "{name}: {f}");
+        assert_eq!(f["compared"], 2);
+    }
+    let f = feature(&r, "late");
+    assert_eq!(f["mismatches"], 1, "{f}");
+    assert_eq!(f["difference_histogram"][0]["lower"], 1000.0);
+    let subjects: BTreeSet<&str> = r["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(subjects, BTreeSet::from(["late"]));
+}
+
+/// More distinct mismatching pairs than the cap (4,096) still report their top pairs.
+#[test]
+fn top_pairs_survive_more_distinct_pairs_than_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 4097;
+    let ids = || Arc::new(Int64Array::from_iter_values(0..n)) as ArrayRef;
+    let served = dir.path().join("served.parquet");
+    let offline = dir.path().join("offline.parquet");
+    write_parquet(
+        &served,
+        &batch(vec![
+            ("id", ids()),
+            (
+                "x",
+                Arc::new(Float64Array::from_iter_values((0..n).map(|i| i as f64))),
+            ),
+        ]),
+    );
+    write_parquet(
+        &offline,
+        &batch(vec![
+            ("id", ids()),
+            (
+                "x",
+                Arc::new(Float64Array::from_iter_values(
+                    (0..n).map(|i| -(i as f64) - 1.0),
+                )),
+            ),
+        ]),
+    );
+    for threads in ["1", "2"] {
+        let (code, r, err) = diff_json(&served, &offline, "id", &["--threads", threads]);
+        assert_eq!(code, 1, "{err}");
+        let f = feature(&r, "x");
+        assert_eq!(f["mismatches"], n, "{threads}");
+        assert_eq!(
+            f["top_pairs"].as_array().unwrap().len(),
+            10,
+            "threads {threads}: {f}"
+        );
+        assert_eq!(f["top_pairs"][0]["count"], 1);
+        assert_eq!(f["classes"][0]["count"], n, "class counts stay exact");
+    }
+}
+
+/// A report that cannot be written (a full disk) is an error, exit 2, not a panic.
+#[test]
+fn a_failed_stdout_write_exits_2() {
+    let Ok(full) = File::options().write(true).open("/dev/full") else {
+        eprintln!("skipping: no /dev/full");
+        return;
+    };
+    let fx = Fixture::new();
+    let (served, offline) = (fx.path("served"), fx.path("offline.parquet"));
+    let out = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+        .args([
+            "diff",
+            "--served",
+            &served,
+            "--offline",
+            &offline,
+            "--key",
+            "request_id,item_id",
+        ])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("writing the report to stdout"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

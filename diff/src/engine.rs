@@ -57,8 +57,9 @@ struct Worker {
 /// Runs a diff (see [`DiffOptions`]) and returns its judged report.
 pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
     let start = Instant::now();
-    let served = Input::open(&opts.served)?;
-    let offline_input = Input::open(&opts.offline)?;
+    let (served_keys, offline_keys) = crate::plan::key_names(opts);
+    let served = Input::open(&opts.served, &served_keys)?;
+    let offline_input = Input::open(&opts.offline, &offline_keys)?;
     let plan = plan(&served, &offline_input, opts)?;
     let threads = opts
         .threads

@@ -1,6 +1,8 @@
 //! Reading one side of the diff: finds the Parquet and CSV files under a path (hive partitions
 //! `name=value/` become string columns), unifies their schemas, and streams record batches of
 //! the requested columns in units (a Parquet row group, a CSV file) that worker threads share.
+//! CSV key columns are read as text; other CSV column types are inferred per file and merged
+//! across the files of a side.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -8,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, StringArray, new_null_array};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -27,11 +29,17 @@ enum Format {
     Csv(SchemaRef),
 }
 
+/// A hive partition: `name=value` decoded, `None` for `__HIVE_DEFAULT_PARTITION__` (null).
+type Partition = (String, Option<String>);
+
+/// The directory name hive writers (pyarrow, Spark, Hive) give a null partition value.
+const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
+
 #[derive(Debug)]
 struct InputFile {
     path: PathBuf,
     format: Format,
-    partitions: Vec<(String, String)>,
+    partitions: Vec<Partition>,
 }
 
 /// One side's files and their unified schema.
@@ -53,7 +61,9 @@ pub(crate) struct Unit {
 
 impl Input {
     /// Finds the files under `root` and reads their schemas (Parquet footers, CSV inference).
-    pub(crate) fn open(root: &Path) -> Result<Input, DiffError> {
+    /// `text_columns` (the keys) are read from CSV as text, never inferred: `0123` stays
+    /// `0123`, and keys follow the canonical-integer rule of the `keys` module.
+    pub(crate) fn open(root: &Path, text_columns: &[String]) -> Result<Input, DiffError> {
         let meta = std::fs::metadata(root).map_err(|source| DiffError::Io {
             path: root.to_owned(),
             source,
@@ -71,7 +81,7 @@ impl Input {
                 .extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
             let format = if is_csv {
-                Format::Csv(infer_csv(&path)?)
+                Format::Csv(infer_csv(&path, text_columns)?)
             } else {
                 let file = open_file(&path)?;
                 let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(
@@ -93,6 +103,7 @@ impl Input {
                 path: root.to_owned(),
             });
         }
+        unify_csv_types(&mut files);
         // Union of the files' columns: the joiner writes the features of an hour in order of
         // first appearance, so files of one dataset may order or lack columns differently.
         let mut fields: Vec<Field> = Vec::new();
@@ -191,7 +202,13 @@ impl Input {
                 let array = if let Some(col) = batch.column_by_name(c) {
                     col.clone()
                 } else if let Some((_, v)) = f.partitions.iter().find(|(k, _)| k == c) {
-                    Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, n))) as ArrayRef
+                    match v {
+                        Some(v) => {
+                            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, n)))
+                                as ArrayRef
+                        }
+                        None => new_null_array(&DataType::Utf8, n),
+                    }
                 } else {
                     let dt = self
                         .schema
@@ -231,6 +248,9 @@ impl Input {
                     finish(batch.map_err(arrow_err)?)?;
                 }
             }
+            Format::Csv(schema) if schema.fields().is_empty() => {
+                // An empty file (not even a header): no rows.
+            }
             Format::Csv(schema) => {
                 let file = open_file(&f.path)?;
                 let reader = arrow_csv::ReaderBuilder::new(schema.clone())
@@ -264,7 +284,9 @@ fn open_file(path: &Path) -> Result<File, DiffError> {
     })
 }
 
-fn infer_csv(path: &Path) -> Result<SchemaRef, DiffError> {
+/// A CSV file's schema: types inferred from its first rows, `text_columns` as Utf8. A header
+/// without rows gives Null columns (no value says otherwise), an empty file no column.
+fn infer_csv(path: &Path, text_columns: &[String]) -> Result<SchemaRef, DiffError> {
     let file = open_file(path)?;
     let (schema, _) = arrow_csv::reader::Format::default()
         .with_header(true)
@@ -273,7 +295,103 @@ fn infer_csv(path: &Path) -> Result<SchemaRef, DiffError> {
             path: path.to_owned(),
             source,
         })?;
-    Ok(Arc::new(schema))
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if text_columns.contains(f.name()) {
+                Field::new(f.name(), DataType::Utf8, true)
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// Gives every CSV file of a side the same type per column: each file's types are inferred
+/// from its own rows, so one file's `1` (Int64) and another's `1.5` (Float64) would otherwise
+/// conflict, as would a column empty in one file (Null). Parquet files keep their types.
+fn unify_csv_types(files: &mut [InputFile]) {
+    let mut merged: BTreeMap<String, DataType> = BTreeMap::new();
+    for f in files.iter() {
+        if let Format::Csv(schema) = &f.format {
+            for field in schema.fields() {
+                let t = match merged.get(field.name()) {
+                    Some(t) => merge_csv_type(t, field.data_type()),
+                    None => field.data_type().clone(),
+                };
+                merged.insert(field.name().clone(), t);
+            }
+        }
+    }
+    for f in files.iter_mut() {
+        if let Format::Csv(schema) = &f.format {
+            let fields: Vec<Field> = schema
+                .fields()
+                .iter()
+                .map(|field| {
+                    let t = merged.get(field.name()).unwrap_or(field.data_type());
+                    Field::new(field.name(), t.clone(), true)
+                })
+                .collect();
+            f.format = Format::Csv(Arc::new(Schema::new(fields)));
+        }
+    }
+}
+
+/// The type that reads the values of two inferred CSV types, by the rules arrow-csv applies
+/// within one file: Null gives way to anything, Int64 widens to Float64, dates and timestamps
+/// to the finest timestamp, anything else is text.
+fn merge_csv_type(a: &DataType, b: &DataType) -> DataType {
+    // Date32 below every timestamp unit, then the units from seconds to nanoseconds.
+    let temporal_rank = |t: &DataType| match t {
+        DataType::Date32 => Some(0),
+        DataType::Timestamp(TimeUnit::Second, None) => Some(1),
+        DataType::Timestamp(TimeUnit::Millisecond, None) => Some(2),
+        DataType::Timestamp(TimeUnit::Microsecond, None) => Some(3),
+        DataType::Timestamp(TimeUnit::Nanosecond, None) => Some(4),
+        _ => None,
+    };
+    match (a, b) {
+        (a, b) if a == b => a.clone(),
+        (DataType::Null, t) | (t, DataType::Null) => t.clone(),
+        (DataType::Int64, DataType::Float64) | (DataType::Float64, DataType::Int64) => {
+            DataType::Float64
+        }
+        _ => match (temporal_rank(a), temporal_rank(b)) {
+            (Some(x), Some(y)) => if x >= y { a } else { b }.clone(),
+            _ => DataType::Utf8,
+        },
+    }
+}
+
+/// Decodes a hive path segment's `%XX` escapes (as pyarrow, Spark and Hive write them, e.g.
+/// `en%20US`); an escape that is not two hex digits stays as it is.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |k: usize| b.get(k).and_then(|c| (*c as char).to_digit(16));
+        match (b[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A `name=value` directory as a partition: both decoded, the default partition as null.
+fn partition(name: &str, value: &str) -> Partition {
+    let value = (value != HIVE_NULL).then(|| percent_decode(value));
+    (percent_decode(name), value)
 }
 
 /// Collects data files under `dir`, with the `name=value` directories above each. Names that
@@ -281,8 +399,8 @@ fn infer_csv(path: &Path) -> Result<SchemaRef, DiffError> {
 /// every hive reader does.
 fn walk(
     dir: &Path,
-    partitions: &mut Vec<(String, String)>,
-    out: &mut Vec<(PathBuf, Vec<(String, String)>)>,
+    partitions: &mut Vec<Partition>,
+    out: &mut Vec<(PathBuf, Vec<Partition>)>,
 ) -> Result<(), DiffError> {
     let entries = std::fs::read_dir(dir).map_err(|source| DiffError::Io {
         path: dir.to_owned(),
@@ -305,7 +423,7 @@ fn walk(
         if kind.is_dir() {
             let pushed = match name.split_once('=') {
                 Some((k, v)) if !k.is_empty() => {
-                    partitions.push((k.to_owned(), v.to_owned()));
+                    partitions.push(partition(k, v));
                     true
                 }
                 _ => false,
@@ -322,4 +440,45 @@ fn walk(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hive_segments_are_decoded() {
+        assert_eq!(percent_decode("en%20US"), "en US");
+        assert_eq!(percent_decode("a%2Fb%3Dc%25"), "a/b=c%");
+        assert_eq!(percent_decode("%C3%BC"), "ü");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(
+            partition("locale", "en%20US"),
+            ("locale".into(), Some("en US".into()))
+        );
+        assert_eq!(partition("my%20dt", HIVE_NULL), ("my dt".into(), None));
+    }
+
+    #[test]
+    fn csv_types_merge_as_within_a_file() {
+        use DataType::*;
+        let ts = |u| Timestamp(u, None);
+        assert_eq!(merge_csv_type(&Null, &Int64), Int64);
+        assert_eq!(merge_csv_type(&Float64, &Null), Float64);
+        assert_eq!(merge_csv_type(&Int64, &Float64), Float64);
+        assert_eq!(merge_csv_type(&Float64, &Int64), Float64);
+        assert_eq!(merge_csv_type(&Boolean, &Boolean), Boolean);
+        assert_eq!(merge_csv_type(&Boolean, &Int64), Utf8);
+        assert_eq!(merge_csv_type(&Int64, &Utf8), Utf8);
+        assert_eq!(
+            merge_csv_type(&Date32, &ts(TimeUnit::Second)),
+            ts(TimeUnit::Second)
+        );
+        assert_eq!(
+            merge_csv_type(&ts(TimeUnit::Nanosecond), &ts(TimeUnit::Millisecond)),
+            ts(TimeUnit::Nanosecond)
+        );
+        assert_eq!(merge_csv_type(&Date32, &Int64), Utf8);
+    }
 }

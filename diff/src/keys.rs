@@ -1,10 +1,11 @@
 //! Join keys: composite keys whose parts may be integers on one side and strings on the other.
 //! Each part is reduced to a canonical form (an integer, or bytes when the text is not a
 //! canonical integer), so `42` and `"42"` hash and compare equal while `"042"` does not.
+//! Integers span i64 and u64: an unsigned id above `i64::MAX` matches its decimal text too.
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array};
+use arrow_array::types::{Int64Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, UInt64Array};
 use arrow_schema::DataType;
 
 use crate::DiffError;
@@ -13,14 +14,29 @@ use crate::DiffError;
 #[derive(Debug, Clone)]
 pub(crate) enum KeyCol {
     Int(Int64Array),
+    /// UInt64 columns, whose values above `i64::MAX` no Int64 holds.
+    UInt(UInt64Array),
     Bytes(BinaryArray),
 }
 
-/// A key part in canonical form.
+/// A key part in canonical form: an integer that fits i64 is always `Int`, so each integer
+/// has one form whatever the column's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Part<'a> {
     Int(i64),
+    /// An integer above `i64::MAX`.
+    BigUInt(u64),
     Bytes(&'a [u8]),
+}
+
+impl Part<'_> {
+    #[inline]
+    fn from_u64(v: u64) -> Part<'static> {
+        match i64::try_from(v) {
+            Ok(v) => Part::Int(v),
+            Err(_) => Part::BigUInt(v),
+        }
+    }
 }
 
 /// Whether a column of this type can be a key part.
@@ -68,7 +84,11 @@ impl Keys {
                 DataType::Dictionary(_, v) => v.as_ref().clone(),
                 dt => dt.clone(),
             };
-            let col = if value_type.is_integer() {
+            let col = if value_type == DataType::UInt64 {
+                let c = arrow_cast::cast(a, &DataType::UInt64).map_err(|_| bad())?;
+                KeyCol::UInt(c.as_primitive::<UInt64Type>().clone())
+            } else if value_type.is_integer() {
+                // Every other integer type fits i64.
                 let c = arrow_cast::cast(a, &DataType::Int64).map_err(|_| bad())?;
                 KeyCol::Int(c.as_primitive::<Int64Type>().clone())
             } else {
@@ -90,15 +110,13 @@ impl Keys {
     pub(crate) fn part(&self, c: usize, row: usize) -> Option<Part<'_>> {
         match self.cols.get(c)? {
             KeyCol::Int(a) => a.is_valid(row).then(|| Part::Int(a.value(row))),
+            KeyCol::UInt(a) => a.is_valid(row).then(|| Part::from_u64(a.value(row))),
             KeyCol::Bytes(a) => {
                 if a.is_null(row) {
                     return None;
                 }
                 let b = a.value(row);
-                Some(match canonical_int(b) {
-                    Some(v) => Part::Int(v),
-                    None => Part::Bytes(b),
-                })
+                Some(canonical_int(b).unwrap_or(Part::Bytes(b)))
             }
         }
     }
@@ -110,6 +128,7 @@ impl Keys {
         for c in 0..self.cols.len() {
             match self.part(c, row)? {
                 Part::Int(v) => h = mix(mix(h, 1), v as u64),
+                Part::BigUInt(v) => h = mix(mix(h, 3), v),
                 Part::Bytes(b) => {
                     h = mix(mix(h, 2), b.len() as u64);
                     let mut chunks = b.chunks_exact(8);
@@ -147,6 +166,7 @@ impl Keys {
             match self.part(c, row) {
                 None => out.push_str("null"),
                 Some(Part::Int(v)) => out.push_str(&v.to_string()),
+                Some(Part::BigUInt(v)) => out.push_str(&v.to_string()),
                 Some(Part::Bytes(b)) => out.push_str(&String::from_utf8_lossy(b)),
             }
         }
@@ -170,18 +190,34 @@ fn fmix(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
-/// `Some(v)` when `b` is the canonical decimal text of `v` (no sign `+`, no leading zero).
+/// The integer part `b` is the canonical decimal text of (no sign `+`, no leading zero), from
+/// `i64::MIN` to `u64::MAX`; `None` for any other text.
 #[inline]
-pub(crate) fn canonical_int(b: &[u8]) -> Option<i64> {
-    let digits = b.strip_prefix(b"-").unwrap_or(b);
+pub(crate) fn canonical_int(b: &[u8]) -> Option<Part<'static>> {
+    let (negative, digits) = match b.strip_prefix(b"-") {
+        Some(d) => (true, d),
+        None => (false, b),
+    };
     let first = *digits.first()?;
-    if !first.is_ascii_digit() || digits.len() > 19 || (first == b'0' && digits.len() > 1) {
+    if !first.is_ascii_digit() || digits.len() > 20 || (first == b'0' && digits.len() > 1) {
         return None;
     }
-    if digits == b"0" && b.len() > 1 {
+    if negative && digits == b"0" {
         return None; // "-0" is not how any integer prints
     }
-    std::str::from_utf8(b).ok()?.parse().ok()
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    if negative {
+        // i64::MIN's magnitude is one more than i64::MAX.
+        0i64.checked_sub_unsigned(v).map(Part::Int)
+    } else {
+        Some(Part::from_u64(v))
+    }
 }
 
 #[cfg(test)]
@@ -209,14 +245,60 @@ mod tests {
 
     #[test]
     fn only_canonical_text_is_an_integer() {
-        assert_eq!(canonical_int(b"0"), Some(0));
-        assert_eq!(canonical_int(b"-12"), Some(-12));
+        assert_eq!(canonical_int(b"0"), Some(Part::Int(0)));
+        assert_eq!(canonical_int(b"-12"), Some(Part::Int(-12)));
+        assert_eq!(
+            canonical_int(b"-9223372036854775808"),
+            Some(Part::Int(i64::MIN))
+        );
+        assert_eq!(canonical_int(b"-9223372036854775809"), None);
+        assert_eq!(
+            canonical_int(b"9223372036854775807"),
+            Some(Part::Int(i64::MAX))
+        );
+        assert_eq!(
+            canonical_int(b"9223372036854775808"),
+            Some(Part::BigUInt(1 << 63))
+        );
+        assert_eq!(
+            canonical_int(b"18446744073709551615"),
+            Some(Part::BigUInt(u64::MAX))
+        );
+        assert_eq!(canonical_int(b"18446744073709551616"), None);
         assert_eq!(canonical_int(b"012"), None);
         assert_eq!(canonical_int(b"-0"), None);
         assert_eq!(canonical_int(b"+1"), None);
         assert_eq!(canonical_int(b"99999999999999999999"), None);
         assert_eq!(canonical_int(b""), None);
         assert_eq!(canonical_int(b"1a"), None);
+    }
+
+    /// UInt64 ids above i64::MAX are keys of their own (not null), equal to their text and to
+    /// nothing else; below it they equal the same Int64.
+    #[test]
+    fn u64_keys_span_their_range() {
+        let big = u64::MAX - 1;
+        let unsigned: ArrayRef = Arc::new(arrow_array::UInt64Array::from(vec![big, 1 << 63, 7]));
+        let text: ArrayRef = Arc::new(StringArray::from(vec![
+            big.to_string(),
+            (1u64 << 63).to_string(),
+            "7".into(),
+        ]));
+        let signed: ArrayRef = Arc::new(arrow_array::Int64Array::from(vec![-2, i64::MIN, 7]));
+        let names = vec!["k".to_owned()];
+        let u = Keys::new(&[unsigned], &names, "served").unwrap();
+        let t = Keys::new(&[text], &names, "offline").unwrap();
+        let s = Keys::new(&[signed], &names, "offline").unwrap();
+        for row in 0..3 {
+            assert!(u.hash(row).is_some(), "row {row} is not a null key");
+            assert!(u.eq(row, &t, row), "row {row}");
+            assert_eq!(u.hash(row), t.hash(row));
+        }
+        // The same 64 bits as a negative Int64 are another id.
+        assert!(!u.eq(0, &s, 0) && !u.eq(1, &s, 1));
+        assert!(u.eq(2, &s, 2));
+        assert_eq!(u.hash(2), s.hash(2));
+        assert_eq!(u.render(0), big.to_string());
     }
 
     #[test]

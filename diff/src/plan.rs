@@ -45,12 +45,25 @@ pub(crate) struct Plan {
 }
 
 fn names(schema: &Schema) -> String {
+    if schema.fields().is_empty() {
+        return "none (an empty file?)".into();
+    }
     schema
         .fields()
         .iter()
         .map(|f| f.name().as_str())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The key columns by their names on each side: (served, offline), renames applied.
+pub(crate) fn key_names(opts: &DiffOptions) -> (Vec<String>, Vec<String>) {
+    let served: Vec<String> = opts.keys.iter().map(|k| k.trim().to_owned()).collect();
+    let offline = served
+        .iter()
+        .map(|k| opts.renames.get(k).cloned().unwrap_or_else(|| k.clone()))
+        .collect();
+    (served, offline)
 }
 
 /// Lowercase with `-`, `.` and spaces as `_`: names equal under this differ only by case or
@@ -81,8 +94,7 @@ pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Resul
         }
     }
     let offline_name = |s: &str| opts.renames.get(s).cloned().unwrap_or_else(|| s.to_owned());
-    let served_keys: Vec<String> = opts.keys.iter().map(|k| k.trim().to_owned()).collect();
-    let offline_keys: Vec<String> = served_keys.iter().map(|k| offline_name(k)).collect();
+    let (served_keys, offline_keys) = key_names(opts);
     for (side, input, keys) in [
         ("served", served, &served_keys),
         ("offline", offline, &offline_keys),

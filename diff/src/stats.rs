@@ -71,22 +71,25 @@ impl Pairs {
         class
     }
 
-    /// Drops the less frequent half.
+    /// Drops the less frequent half: keeps every pair counted more often than the median
+    /// count, and pairs at the median (ties, arbitrary ones) until half the cap is kept. When
+    /// every count ties (all 1, the usual case for distinct values) that is half the cap.
     fn prune(&mut self) {
         let mut counts: Vec<u64> = self.map.values().map(|e| e.count).collect();
         let mid = counts.len() / 2;
-        counts.select_nth_unstable(mid);
-        let cut = counts[mid];
-        let before = self.map.len();
-        self.map.retain(|_, e| e.count > cut);
-        if self.map.len() == before || self.map.len() < PAIR_CAP / 4 {
-            // Mostly ties: keep an arbitrary half rather than all or none.
-            let mut kept = 0;
-            self.map.retain(|_, e| {
-                kept += 1;
-                e.count > cut || kept <= PAIR_CAP / 2
-            });
-        }
+        let (_, &mut cut, above) = counts.select_nth_unstable(mid);
+        let above = above.iter().filter(|&&c| c > cut).count();
+        let mut ties = (PAIR_CAP / 2).saturating_sub(above);
+        self.map.retain(|_, e| {
+            if e.count > cut {
+                true
+            } else if e.count == cut && ties > 0 {
+                ties -= 1;
+                true
+            } else {
+                false
+            }
+        });
         self.truncated = true;
     }
 
@@ -300,9 +303,10 @@ pub(crate) struct FeatureAcc {
     pub(crate) dist_rows: u64,
 }
 
-/// The decade bucket of a positive difference.
+/// The decade bucket of a positive difference; infinite and NaN ones (an infinity, or NaN
+/// against a number) go to the top bucket.
 pub(crate) fn diff_bucket(d: f64) -> usize {
-    if d.is_nan() {
+    if !d.is_finite() {
         return DIFF_BUCKETS - 1;
     }
     if d < 1e-9 {
@@ -482,6 +486,9 @@ mod tests {
         assert_eq!(diff_bucket(1e-9), 1);
         assert_eq!(diff_bucket(0.5), 9);
         assert_eq!(diff_bucket(1e9), DIFF_BUCKETS - 1);
+        assert_eq!(diff_bucket(f64::MAX), DIFF_BUCKETS - 1);
+        assert_eq!(diff_bucket(f64::INFINITY), DIFF_BUCKETS - 1);
+        assert_eq!(diff_bucket(f64::NAN), DIFF_BUCKETS - 1);
         assert_eq!(diff_bucket_lower(9), 0.1);
     }
 
@@ -499,6 +506,46 @@ mod tests {
         assert_eq!(top[0].2.count, 10);
         assert_eq!(top[0].2.class, values::CASE);
         assert_eq!(top[0].0, Owned::Text("a".into()));
+    }
+
+    /// Every pair distinct (all counts 1): pruning must keep half the cap, not empty the map.
+    #[test]
+    fn pruning_ties_keeps_half_the_cap() {
+        let mut p = Pairs::default();
+        for i in 0..=PAIR_CAP {
+            p.add(Val::Num(i as f64), Val::Num(-0.5), || format!("k{i}"));
+        }
+        assert!(p.truncated);
+        assert_eq!(p.map.len(), PAIR_CAP / 2);
+        assert_eq!(p.top(10).len(), 10);
+        // More after the prune are counted as usual.
+        p.add(Val::Num(0.25), Val::Num(-0.5), || "x".into());
+        assert_eq!(p.map.len(), PAIR_CAP / 2 + 1);
+
+        // Pairs above the median stay whatever the ties; ties fill up to half the cap.
+        let mut p = Pairs::default();
+        for i in 0..PAIR_CAP / 4 {
+            for _ in 0..2 {
+                p.add(Val::Num(i as f64), Val::Num(-1.5), || "a".into());
+            }
+        }
+        for i in 0..PAIR_CAP {
+            p.add(Val::Num(i as f64), Val::Num(-2.5), || "b".into());
+        }
+        assert!(p.truncated);
+        let twice = p.map.values().filter(|e| e.count == 2).count();
+        assert_eq!(twice, PAIR_CAP / 4);
+        assert!(p.map.len() >= PAIR_CAP / 2, "{}", p.map.len());
+
+        // Merging two full maps of distinct pairs keeps half the cap too.
+        let (mut a, mut b) = (Pairs::default(), Pairs::default());
+        for i in 0..PAIR_CAP {
+            a.add(Val::Num(i as f64), Val::Num(1.5), || "a".into());
+            b.add(Val::Num(i as f64), Val::Num(2.5), || "b".into());
+        }
+        a.merge(b);
+        assert!(a.truncated);
+        assert_eq!(a.map.len(), PAIR_CAP / 2);
     }
 
     #[test]

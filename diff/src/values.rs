@@ -2,10 +2,17 @@
 //! how two values compare, and which normalization would make a mismatching pair equal.
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::Float64Type;
-use arrow_array::{Array, ArrayRef, BinaryArray, Float64Array, GenericListArray, StringArray};
+use arrow_array::types::{
+    ArrowPrimitiveType, Date32Type, Date64Type, DurationMicrosecondType, DurationMillisecondType,
+    DurationNanosecondType, DurationSecondType, Float64Type, Time32MillisecondType,
+    Time32SecondType, Time64MicrosecondType, Time64NanosecondType, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
+};
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, Float64Array, GenericListArray, ListArray, StringArray,
+};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
-use arrow_schema::{ArrowError, DataType, Field};
+use arrow_schema::{ArrowError, DataType, Field, TimeUnit};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -13,7 +20,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Domain {
-    /// Both numeric (integers, floats, booleans, decimals, times): as f64, with tolerances.
+    /// Both numeric (integers, floats, booleans, decimals, times): as f64, with tolerances;
+    /// timestamps, dates, times and durations in microseconds whatever their unit.
     Number,
     /// Anything else, as text (numbers rendered as Arrow prints them, e.g. `1.0`).
     Text,
@@ -73,13 +81,14 @@ pub(crate) enum DArr {
     TextList(GenericListArray<i32>, BinaryArray),
 }
 
-/// One value in its domain, borrowed from a [`DArr`].
+/// One value in its domain, borrowed from a [`DArr`]. A list is its elements `start..end` of
+/// the list's child array, whose validity says which elements are null.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Val<'a> {
     Null,
     Num(f64),
     Text(&'a [u8]),
-    NumList(&'a [f64]),
+    NumList(&'a Float64Array, usize, usize),
     TextList(&'a BinaryArray, usize, usize),
 }
 
@@ -103,9 +112,54 @@ fn to_text(array: &ArrayRef) -> Result<BinaryArray, ArrowError> {
     Ok(text.as_binary::<i32>().clone())
 }
 
+/// Microseconds per unit of a temporal type's integer.
+const MICROS_PER_SECOND: i128 = 1_000_000;
+const MICROS_PER_DAY: i128 = 86_400 * MICROS_PER_SECOND;
+
+/// A temporal column as microseconds (timestamps since the epoch, dates at midnight UTC, times
+/// since midnight, durations), so that units compare: 1000 ms is 1000000 us. `None` for other
+/// types. Nanoseconds keep their fraction of a microsecond.
+fn temporal_micros(array: &ArrayRef) -> Option<Float64Array> {
+    fn scaled<T: ArrowPrimitiveType>(array: &ArrayRef, per_unit: i128) -> Float64Array
+    where
+        T::Native: Into<i64>,
+    {
+        array
+            .as_primitive::<T>()
+            .unary::<_, Float64Type>(|v| (i128::from(v.into()) * per_unit) as f64)
+    }
+    fn nanos<T: ArrowPrimitiveType<Native = i64>>(array: &ArrayRef) -> Float64Array {
+        array
+            .as_primitive::<T>()
+            .unary::<_, Float64Type>(|v| (v / 1000) as f64 + (v % 1000) as f64 / 1000.0)
+    }
+    use TimeUnit::*;
+    Some(match array.data_type() {
+        DataType::Timestamp(Second, _) => scaled::<TimestampSecondType>(array, MICROS_PER_SECOND),
+        DataType::Timestamp(Millisecond, _) => scaled::<TimestampMillisecondType>(array, 1000),
+        DataType::Timestamp(Microsecond, _) => scaled::<TimestampMicrosecondType>(array, 1),
+        DataType::Timestamp(Nanosecond, _) => nanos::<TimestampNanosecondType>(array),
+        DataType::Date32 => scaled::<Date32Type>(array, MICROS_PER_DAY),
+        DataType::Date64 => scaled::<Date64Type>(array, 1000),
+        DataType::Time32(Second) => scaled::<Time32SecondType>(array, MICROS_PER_SECOND),
+        DataType::Time32(Millisecond) => scaled::<Time32MillisecondType>(array, 1000),
+        DataType::Time64(Microsecond) => scaled::<Time64MicrosecondType>(array, 1),
+        DataType::Time64(Nanosecond) => nanos::<Time64NanosecondType>(array),
+        DataType::Duration(Second) => scaled::<DurationSecondType>(array, MICROS_PER_SECOND),
+        DataType::Duration(Millisecond) => scaled::<DurationMillisecondType>(array, 1000),
+        DataType::Duration(Microsecond) => scaled::<DurationMicrosecondType>(array, 1),
+        DataType::Duration(Nanosecond) => nanos::<DurationNanosecondType>(array),
+        _ => return None,
+    })
+}
+
 fn to_num(array: &ArrayRef) -> Result<Float64Array, ArrowError> {
+    if let Some(micros) = temporal_micros(array) {
+        return Ok(micros);
+    }
     let dt = array.data_type();
     let array = if dt.is_temporal() {
+        // Intervals: their integer, as before (no cast to a number exists for most).
         arrow_cast::cast(array, &DataType::Int64)?
     } else {
         array.clone()
@@ -132,10 +186,23 @@ pub(crate) fn to_domain(array: &ArrayRef, domain: Domain) -> Result<DArr, ArrowE
                 DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _)
                     if numeric && f.data_type().is_temporal() =>
                 {
-                    // Times go through their integer value, as in the scalar case.
-                    let inner =
-                        DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true)));
-                    arrow_cast::cast(&arrow_cast::cast(array, &inner)?, &target)?
+                    // Times in microseconds, as in the scalar case: the list in its own child
+                    // type first, then its elements converted.
+                    let inner = DataType::List(Arc::new(Field::new_list_field(
+                        f.data_type().clone(),
+                        true,
+                    )));
+                    let (_, offsets, values, nulls) = arrow_cast::cast(array, &inner)?
+                        .as_list::<i32>()
+                        .clone()
+                        .into_parts();
+                    let values = to_num(&values)?;
+                    Arc::new(ListArray::try_new(
+                        Arc::new(Field::new_list_field(DataType::Float64, true)),
+                        offsets,
+                        Arc::new(values),
+                        nulls,
+                    )?)
                 }
                 _ => arrow_cast::cast(array, &target)?,
             };
@@ -174,8 +241,7 @@ impl DArr {
                     return Val::Null;
                 }
                 let o = l.value_offsets();
-                let (s, e) = (o[i] as usize, o[i + 1] as usize);
-                Val::NumList(v.values().get(s..e).unwrap_or(&[]))
+                Val::NumList(v, o[i] as usize, o[i + 1] as usize)
             }
             DArr::TextList(l, v) => {
                 if l.is_null(i) {
@@ -207,6 +273,10 @@ pub(crate) enum Outcome {
 fn num_close(a: f64, b: f64, abs: f64, rel: f64) -> Result<(), f64> {
     if a == b || (a.is_nan() && b.is_nan()) {
         return Ok(());
+    }
+    if a.is_infinite() || b.is_infinite() {
+        // No tolerance reaches an infinity (`rel * max(|a|, |b|)` would be infinite too).
+        return Err(f64::INFINITY);
     }
     let d = (a - b).abs();
     if d <= abs || d <= rel * a.abs().max(b.abs()) {
@@ -240,13 +310,25 @@ pub(crate) fn compare(s: Val<'_>, o: Val<'_>, abs: f64, rel: f64) -> Outcome {
                 Outcome::Differ(None)
             }
         }
-        (Val::NumList(a), Val::NumList(b)) => {
-            if a.len() != b.len() {
+        (Val::NumList(a, s1, e1), Val::NumList(b, s2, e2)) => {
+            if e1 - s1 != e2 - s2 {
                 return Outcome::Differ(None);
             }
+            let (Some(xs), Some(ys)) = (a.values().get(s1..e1), b.values().get(s2..e2)) else {
+                return Outcome::Differ(None);
+            };
+            // A null element equals only a null element (its slot holds an arbitrary number).
+            let nulls = a.null_count() > 0 || b.null_count() > 0;
             let mut worst = 0.0f64;
             let mut exact = true;
-            for (&x, &y) in a.iter().zip(b) {
+            for (k, (&x, &y)) in xs.iter().zip(ys).enumerate() {
+                if nulls {
+                    match (a.is_null(s1 + k), b.is_null(s2 + k)) {
+                        (true, true) => continue,
+                        (false, false) => {}
+                        _ => return Outcome::Differ(None),
+                    }
+                }
                 if x == y || (x.is_nan() && y.is_nan()) {
                     continue;
                 }
@@ -265,7 +347,12 @@ pub(crate) fn compare(s: Val<'_>, o: Val<'_>, abs: f64, rel: f64) -> Outcome {
             }
         }
         (Val::TextList(a, s1, e1), Val::TextList(b, s2, e2)) => {
-            if e1 - s1 == e2 - s2 && (0..e1 - s1).all(|k| a.value(s1 + k) == b.value(s2 + k)) {
+            let same = |k: usize| match (a.is_null(s1 + k), b.is_null(s2 + k)) {
+                (true, true) => true,
+                (false, false) => a.value(s1 + k) == b.value(s2 + k),
+                _ => false,
+            };
+            if e1 - s1 == e2 - s2 && (0..e1 - s1).all(same) {
                 Outcome::Equal
             } else {
                 Outcome::Differ(None)
@@ -275,15 +362,19 @@ pub(crate) fn compare(s: Val<'_>, o: Val<'_>, abs: f64, rel: f64) -> Outcome {
     }
 }
 
-/// An owned value, for reports and for classifying a mismatching pair.
+/// An owned value, for reports and for classifying a mismatching pair (`None`: a null list
+/// element).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Owned {
     Null,
     Num(f64),
     Text(String),
-    NumList(Vec<f64>),
-    TextList(Vec<String>),
+    NumList(Vec<Option<f64>>),
+    TextList(Vec<Option<String>>),
 }
+
+/// In an encoded text list, the length that marks a null element.
+const NULL_ITEM: u32 = u32::MAX;
 
 impl Val<'_> {
     /// Appends an encoding that identifies the value (for counting pairs without allocating).
@@ -298,15 +389,25 @@ impl Val<'_> {
                 out.push(2);
                 out.extend_from_slice(b);
             }
-            Val::NumList(l) => {
+            Val::NumList(a, s, e) => {
+                // Per element: 0 for null, or 1 and the number.
                 out.push(3);
-                for v in l {
-                    out.extend_from_slice(&v.to_bits().to_le_bytes());
+                for k in s..e {
+                    if a.is_null(k) {
+                        out.push(0);
+                    } else {
+                        out.push(1);
+                        out.extend_from_slice(&a.value(k).to_bits().to_le_bytes());
+                    }
                 }
             }
             Val::TextList(a, s, e) => {
                 out.push(4);
                 for k in s..e {
+                    if a.is_null(k) {
+                        out.extend_from_slice(&NULL_ITEM.to_le_bytes());
+                        continue;
+                    }
                     let b = a.value(k);
                     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
                     out.extend_from_slice(b);
@@ -334,15 +435,35 @@ pub(crate) fn decode(b: &[u8]) -> Owned {
     match tag {
         1 => Owned::Num(f64s(rest).first().copied().unwrap_or(f64::NAN)),
         2 => Owned::Text(String::from_utf8_lossy(rest).into_owned()),
-        3 => Owned::NumList(f64s(rest)),
+        3 => {
+            let mut items = Vec::new();
+            let mut r = rest;
+            while let Some((&tag, after)) = r.split_first() {
+                if tag == 0 {
+                    items.push(None);
+                    r = after;
+                } else {
+                    let (v, after) = after.split_at(after.len().min(8));
+                    items.push(f64s(v).first().copied());
+                    r = after;
+                }
+            }
+            Owned::NumList(items)
+        }
         4 => {
             let mut items = Vec::new();
             let mut r = rest;
             while r.len() >= 4 {
                 let mut w = [0u8; 4];
                 w.copy_from_slice(&r[..4]);
-                let n = (u32::from_le_bytes(w) as usize).min(r.len() - 4);
-                items.push(String::from_utf8_lossy(&r[4..4 + n]).into_owned());
+                let n = u32::from_le_bytes(w);
+                if n == NULL_ITEM {
+                    items.push(None);
+                    r = &r[4..];
+                    continue;
+                }
+                let n = (n as usize).min(r.len() - 4);
+                items.push(Some(String::from_utf8_lossy(&r[4..4 + n]).into_owned()));
                 r = &r[4 + n..];
             }
             Owned::TextList(items)
@@ -359,10 +480,22 @@ impl Owned {
             Owned::Num(v) => fmt_num(*v),
             Owned::Text(s) => format!("{s:?}"),
             Owned::NumList(l) => {
-                let items: Vec<String> = l.iter().map(|v| fmt_num(*v)).collect();
+                let items: Vec<String> = l
+                    .iter()
+                    .map(|v| v.map_or_else(|| "null".into(), fmt_num))
+                    .collect();
                 format!("[{}]", items.join(", "))
             }
-            Owned::TextList(l) => format!("{l:?}"),
+            Owned::TextList(l) => {
+                let items: Vec<String> = l
+                    .iter()
+                    .map(|v| {
+                        v.as_ref()
+                            .map_or_else(|| "null".into(), |s| format!("{s:?}"))
+                    })
+                    .collect();
+                format!("[{}]", items.join(", "))
+            }
         };
         if s.chars().count() > 80 {
             let cut: String = s.chars().take(77).collect();
@@ -557,19 +690,27 @@ pub(crate) fn classify(s: &Owned, o: &Owned) -> u16 {
                 .unwrap_or(all)
         }
         (Owned::NumList(a), Owned::NumList(b)) => {
-            let same = |x: &[f64], y: &[f64], f32: bool| {
+            let same = |x: &[Option<f64>], y: &[Option<f64>], f32: bool| {
                 x.len() == y.len()
-                    && x.iter().zip(y).all(|(p, q)| {
-                        if f32 {
-                            f32_equal(*p, *q)
-                        } else {
-                            p == q || (p.is_nan() && q.is_nan())
+                    && x.iter().zip(y).all(|(p, q)| match (p, q) {
+                        (None, None) => true,
+                        (Some(p), Some(q)) => {
+                            if f32 {
+                                f32_equal(*p, *q)
+                            } else {
+                                p == q || (p.is_nan() && q.is_nan())
+                            }
                         }
+                        _ => false,
                     })
             };
-            let sorted = |x: &[f64]| {
+            // Nulls first, then numbers in total order.
+            let sorted = |x: &[Option<f64>]| {
                 let mut v = x.to_vec();
-                v.sort_by(f64::total_cmp);
+                v.sort_by(|p, q| match (p, q) {
+                    (Some(p), Some(q)) => p.total_cmp(q),
+                    _ => p.is_some().cmp(&q.is_some()),
+                });
                 v
             };
             if same(a, b, true) {
@@ -631,15 +772,15 @@ mod tests {
         assert_eq!(classify(&Owned::Num(1.0), &Owned::Num(2.0)), OTHER);
         assert_eq!(
             classify(
-                &Owned::NumList(vec![1.0, 2.0]),
-                &Owned::NumList(vec![2.0, 1.0])
+                &Owned::NumList(vec![Some(1.0), Some(2.0)]),
+                &Owned::NumList(vec![Some(2.0), Some(1.0)])
             ),
             LIST_ORDER
         );
         assert_eq!(
             classify(
-                &Owned::TextList(vec!["a".into(), "b".into()]),
-                &Owned::TextList(vec!["b".into(), "a".into()])
+                &Owned::TextList(vec![Some("a".into()), Some("b".into())]),
+                &Owned::TextList(vec![Some("b".into()), Some("a".into())])
             ),
             LIST_ORDER
         );
@@ -676,13 +817,14 @@ mod tests {
 
     #[test]
     fn encoding_round_trips() {
-        let texts = BinaryArray::from_iter_values([b"ab".as_ref(), b"c"]);
+        let texts = BinaryArray::from(vec![Some(b"ab".as_ref()), None, Some(b"c")]);
+        let nums = Float64Array::from(vec![Some(1.0), None, Some(2.0)]);
         for v in [
             Val::Null,
             Val::Num(1.5),
             Val::Text(b"x y"),
-            Val::NumList(&[1.0, 2.0]),
-            Val::TextList(&texts, 0, 2),
+            Val::NumList(&nums, 0, 3),
+            Val::TextList(&texts, 0, 3),
         ] {
             let mut buf = Vec::new();
             v.encode(&mut buf);
@@ -691,11 +833,194 @@ mod tests {
                 (Val::Null, Owned::Null) => {}
                 (Val::Num(a), Owned::Num(b)) => assert_eq!(a, *b),
                 (Val::Text(a), Owned::Text(b)) => assert_eq!(a, b.as_bytes()),
-                (Val::NumList(a), Owned::NumList(b)) => assert_eq!(a, b.as_slice()),
-                (Val::TextList(..), Owned::TextList(b)) => assert_eq!(b, &["ab", "c"]),
+                (Val::NumList(..), Owned::NumList(b)) => {
+                    assert_eq!(b, &[Some(1.0), None, Some(2.0)]);
+                    assert_eq!(back.render(), "[1, null, 2]");
+                }
+                (Val::TextList(..), Owned::TextList(b)) => {
+                    assert_eq!(b, &[Some("ab".into()), None, Some("c".into())]);
+                    assert_eq!(back.render(), r#"["ab", null, "c"]"#);
+                }
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    /// Values of a one-column list array in the given domain.
+    fn list_of(array: ArrayRef, domain: Domain) -> DArr {
+        to_domain(&array, domain).unwrap()
+    }
+
+    /// A null inside a list equals only a null: not 0.0, not "", whatever its slot holds.
+    #[test]
+    fn null_list_elements_equal_only_nulls() {
+        use arrow_array::builder::{ListBuilder, StringBuilder};
+        use arrow_array::types::Float32Type;
+        let nums = |rows: Vec<Option<Vec<Option<f32>>>>| {
+            let a: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Float32Type, _, _>(rows));
+            list_of(a, Domain::NumberList)
+        };
+        let served = nums(vec![Some(vec![None]), Some(vec![Some(1.0), None])]);
+        let offline = nums(vec![Some(vec![Some(0.0)]), Some(vec![Some(1.0), None])]);
+        assert_eq!(
+            compare(served.get(0), offline.get(0), 0.0, 1e-6),
+            Outcome::Differ(None)
+        );
+        assert_eq!(
+            compare(offline.get(0), served.get(0), 0.0, 1e-6),
+            Outcome::Differ(None)
+        );
+        assert_eq!(
+            compare(served.get(1), offline.get(1), 0.0, 1e-6),
+            Outcome::Equal
+        );
+        let mut buf = Vec::new();
+        served.get(1).encode(&mut buf);
+        assert_eq!(decode(&buf).render(), "[1, null]");
+
+        let texts = |rows: &[&[Option<&str>]]| {
+            let mut b = ListBuilder::new(StringBuilder::new());
+            for row in rows {
+                for v in *row {
+                    b.values().append_option(*v);
+                }
+                b.append(true);
+            }
+            let a: ArrayRef = Arc::new(b.finish());
+            list_of(a, Domain::TextList)
+        };
+        let served = texts(&[&[Some("a"), None], &[None, Some("b")]]);
+        let offline = texts(&[&[Some("a"), Some("")], &[None, Some("b")]]);
+        assert_eq!(
+            compare(served.get(0), offline.get(0), 0.0, 0.0),
+            Outcome::Differ(None)
+        );
+        assert_eq!(
+            compare(served.get(1), offline.get(1), 0.0, 0.0),
+            Outcome::Equal
+        );
+        let (mut s, mut o) = (Vec::new(), Vec::new());
+        served.get(0).encode(&mut s);
+        offline.get(0).encode(&mut o);
+        assert_ne!(s, o, "distinct pairs");
+        assert_eq!(decode(&s).render(), r#"["a", null]"#);
+        assert_eq!(decode(&o).render(), r#"["a", ""]"#);
+        // Sorting a list with nulls explains an order swap.
+        assert_eq!(
+            classify(
+                &Owned::NumList(vec![None, Some(1.0)]),
+                &Owned::NumList(vec![Some(1.0), None])
+            ),
+            LIST_ORDER
+        );
+        assert_eq!(
+            classify(
+                &Owned::NumList(vec![None]),
+                &Owned::NumList(vec![Some(0.0)])
+            ),
+            OTHER
+        );
+    }
+
+    /// An infinity matches only the same infinity: the relative tolerance of an infinite
+    /// magnitude is infinite and must not apply.
+    #[test]
+    fn infinities_match_only_themselves() {
+        let (inf, ninf) = (f64::INFINITY, f64::NEG_INFINITY);
+        for (a, b) in [
+            (inf, 0.0),
+            (0.0, inf),
+            (ninf, inf),
+            (inf, 1e308),
+            (ninf, f64::NAN),
+        ] {
+            assert_eq!(
+                compare(Val::Num(a), Val::Num(b), 1.0, 1e-6),
+                Outcome::Differ(Some(inf)),
+                "{a} vs {b}"
+            );
+        }
+        assert_eq!(
+            compare(Val::Num(inf), Val::Num(inf), 0.0, 1e-6),
+            Outcome::Equal
+        );
+        assert_eq!(
+            compare(Val::Num(ninf), Val::Num(ninf), 0.0, 1e-6),
+            Outcome::Equal
+        );
+        let l = |v: Vec<f64>| Float64Array::from(v);
+        let (a, b) = (l(vec![1.0, inf]), l(vec![1.0, 0.0]));
+        assert_eq!(
+            compare(Val::NumList(&a, 0, 2), Val::NumList(&b, 0, 2), 0.0, 1e-6),
+            Outcome::Differ(Some(inf))
+        );
+    }
+
+    /// Temporal values compare in microseconds whatever their unit: 1000 ms is 1000000 us, a
+    /// date is its midnight UTC, also inside lists.
+    #[test]
+    fn temporal_units_are_normalised() {
+        use arrow_array::types::{TimestampMicrosecondType, TimestampMillisecondType};
+        use arrow_array::{
+            Date32Array, Date64Array, Time32SecondArray, Time64NanosecondArray,
+            TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
+            TimestampSecondArray,
+        };
+        let num = |a: ArrayRef| match to_domain(&a, Domain::Number).unwrap() {
+            DArr::Num(v) => v.value(0),
+            other => panic!("{other:?}"),
+        };
+        let us = 1_700_000_000_000_000i64;
+        assert_eq!(
+            num(Arc::new(TimestampSecondArray::from(vec![us / 1_000_000]))),
+            us as f64
+        );
+        assert_eq!(
+            num(Arc::new(TimestampMillisecondArray::from(vec![us / 1000]))),
+            us as f64
+        );
+        assert_eq!(
+            num(Arc::new(
+                TimestampMicrosecondArray::from(vec![us]).with_timezone("UTC")
+            )),
+            us as f64
+        );
+        assert_eq!(
+            num(Arc::new(TimestampNanosecondArray::from(vec![
+                us * 1000 + 500
+            ]))),
+            us as f64 + 0.5
+        );
+        assert_eq!(
+            num(Arc::new(TimestampMillisecondArray::from(vec![1000]))),
+            1e6
+        );
+        // 2023-11-14 as a date, as milliseconds and as its midnight in microseconds.
+        let day = 19_675i32;
+        let midnight = i64::from(day) * 86_400_000_000;
+        assert_eq!(num(Arc::new(Date32Array::from(vec![day]))), midnight as f64);
+        assert_eq!(
+            num(Arc::new(Date64Array::from(vec![midnight / 1000]))),
+            midnight as f64
+        );
+        assert_eq!(num(Arc::new(Time32SecondArray::from(vec![2]))), 2e6);
+        assert_eq!(num(Arc::new(Time64NanosecondArray::from(vec![2000]))), 2.0);
+
+        let ms: ArrayRef = Arc::new(ListArray::from_iter_primitive::<
+            TimestampMillisecondType,
+            _,
+            _,
+        >(vec![Some(vec![Some(1000), None])]));
+        let micros: ArrayRef = Arc::new(ListArray::from_iter_primitive::<
+            TimestampMicrosecondType,
+            _,
+            _,
+        >(vec![Some(vec![Some(1_000_000), None])]));
+        let (a, b) = (
+            list_of(ms, Domain::NumberList),
+            list_of(micros, Domain::NumberList),
+        );
+        assert_eq!(compare(a.get(0), b.get(0), 0.0, 0.0), Outcome::Equal);
     }
 
     #[test]
