@@ -1164,6 +1164,18 @@ fn csv_sides_of_zero_rows_and_of_files_inferring_differently() {
     assert_eq!(feature(&r, "y")["mismatches"], 0);
 }
 
+/// Two empty sides compare nothing: in CI that is a broken pipeline, not a pass.
+#[test]
+fn two_empty_sides_are_an_error_not_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let (served, offline) = (dir.path().join("s.csv"), dir.path().join("o.csv"));
+    std::fs::write(&served, "id,x\n").unwrap();
+    std::fs::write(&offline, "id,x\n").unwrap();
+    let (code, _, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("both sides are empty"), "{err}");
+}
+
 /// Hive directories as pyarrow, Spark and Hive write them: values percent-encoded
 /// (`en%20US`), null as `__HIVE_DEFAULT_PARTITION__`.
 #[test]

@@ -234,6 +234,12 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
         thresholds: opts.thresholds.clone(),
         elapsed_seconds: 0.0,
     };
+    if report.coverage.served_rows == 0 && report.coverage.offline_rows == 0 {
+        return Err(DiffError::NoRows {
+            served: opts.served.clone(),
+            offline: opts.offline.clone(),
+        });
+    }
     report.judge();
     report.elapsed_seconds = start.elapsed().as_secs_f64();
     Ok(report)

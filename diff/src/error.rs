@@ -100,6 +100,16 @@ pub enum DiffError {
         rows: u64,
     },
     /// A worker thread died; a bug, reported instead of a panic.
+    /// Neither side has a row: nothing was compared, which in CI means a broken input.
+    #[error(
+        "both sides are empty ({served} and {offline} hold no rows): nothing to compare; check the paths and that the pipelines wrote their data"
+    )]
+    NoRows {
+        /// The served input.
+        served: std::path::PathBuf,
+        /// The offline input.
+        offline: std::path::PathBuf,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -159,10 +159,58 @@ impl Thresholds {
             path: path.to_owned(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| DiffError::Config {
+        let thresholds: Self = toml::from_str(&text).map_err(|e| DiffError::Config {
             path: path.to_owned(),
             message: e.to_string(),
-        })
+        })?;
+        thresholds.validate().map_err(|message| DiffError::Config {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok(thresholds)
+    }
+
+    /// Every limit and tolerance is a finite number >= 0: a NaN limit would never be exceeded
+    /// (every comparison with it is false), so a typo would silently turn a check off.
+    pub fn validate(&self) -> Result<(), String> {
+        let c = &self.coverage;
+        let mut checks: Vec<(String, Option<f64>)> = vec![
+            (
+                "coverage.max-served-only-rate".into(),
+                c.max_served_only_rate,
+            ),
+            (
+                "coverage.max-offline-only-rate".into(),
+                c.max_offline_only_rate,
+            ),
+        ];
+        let sections = std::iter::once(("features".to_owned(), &self.features)).chain(
+            self.overrides
+                .iter()
+                .map(|(name, l)| (format!("feature.{name}"), l)),
+        );
+        for (section, l) in sections {
+            for (field, value) in [
+                ("abs-tolerance", l.abs_tolerance),
+                ("rel-tolerance", l.rel_tolerance),
+                ("max-mismatch-rate", l.max_mismatch_rate),
+                ("max-psi", l.max_psi),
+                ("max-js", l.max_js),
+                ("max-ks", l.max_ks),
+            ] {
+                checks.push((format!("{section}.{field}"), value));
+            }
+        }
+        for (name, value) in checks {
+            if let Some(v) = value {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format!(
+                        "{name} = {v}: limits and tolerances must be finite numbers >= 0"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The limits of feature `name` (served name): its override over the defaults.
@@ -204,6 +252,19 @@ mod tests {
         assert_eq!(p.max_mismatch_rate, Some(0.01));
         assert_eq!(t.for_feature("other").abs_tolerance, 0.0);
         assert_eq!(t.coverage.max_duplicate_keys, Some(0));
+    }
+
+    #[test]
+    fn nan_or_negative_limits_are_refused() {
+        for text in [
+            "[features]\nmax-psi = nan",
+            "[coverage]\nmax-served-only-rate = -0.1",
+            "[feature.price]\nabs-tolerance = inf",
+        ] {
+            let t: Thresholds = toml::from_str(text).unwrap();
+            assert!(t.validate().is_err(), "{text}");
+        }
+        assert!(Thresholds::default().validate().is_ok());
     }
 
     #[test]
