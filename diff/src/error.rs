@@ -1,5 +1,7 @@
 //! The one error type of the diff: every failure names the path, column or key it concerns, so
 //! a CI log says what to fix without a rerun.
+//! A variant caused by another error (I/O, Parquet, Arrow) names it as its `source()` and not in
+//! its own message, so that printing the chain (`{:#}` with anyhow) shows the cause once.
 
 use std::path::PathBuf;
 
@@ -8,7 +10,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
     /// A file or directory could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         /// The path.
         path: PathBuf,
@@ -23,7 +25,7 @@ pub enum DiffError {
         path: PathBuf,
     },
     /// A Parquet file could not be decoded.
-    #[error("reading Parquet {path}: {source}")]
+    #[error("reading Parquet {path}")]
     Parquet {
         /// The file.
         path: PathBuf,
@@ -32,7 +34,7 @@ pub enum DiffError {
         source: parquet::errors::ParquetError,
     },
     /// Arrow failed on a file (CSV parsing, a cast, a batch).
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Arrow {
         /// The file.
         path: PathBuf,
