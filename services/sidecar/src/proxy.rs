@@ -304,8 +304,15 @@ impl Exchange {
         let slot = self.request.lock().ok()?;
         let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
         if captured.chunks.iter().find(|c| !c.is_empty())?.first() == Some(&1) {
-            // The id the caller gets back must be the one the record carries.
-            let message = inflate_gzip(&captured.chunks, encoding, limit)?;
+            // The id the caller gets back must be the one the record carries: the message as
+            // the publisher will read it.
+            let message = crate::publisher::unframe(
+                captured.chunks.clone(),
+                encoding,
+                limit,
+                &mut bytes::BytesMut::new(),
+            )
+            .ok()?;
             return match request_id(&mut &message[..]) {
                 Ok(id) => Some(id),
                 Err(Unusual) => RequestHead::decode(&message[..]).ok().map(|h| h.id),
@@ -337,32 +344,21 @@ impl Exchange {
     }
 }
 
-/// The message of a gzip-compressed gRPC body, inflated, if it is one and inflates within
-/// `limit` bytes with nothing after its gzip member (what the publisher reads).
-fn inflate_gzip(chunks: &[Bytes], encoding: Option<&str>, limit: usize) -> Option<Vec<u8>> {
-    use std::io::Read;
-    if encoding != Some("gzip") {
-        return None;
-    }
-    let body: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
-    let (&[1, a, b, c, d], rest) = body.split_first_chunk::<5>()? else {
-        return None;
-    };
-    let compressed = (rest.len() == u32::from_be_bytes([a, b, c, d]) as usize).then_some(rest)?;
-    let mut decoder = flate2::bufread::GzDecoder::new(compressed).take(limit as u64 + 1);
-    let mut out = Vec::new();
-    decoder.read_to_end(&mut out).ok()?;
-    (out.len() <= limit && decoder.into_inner().into_inner().is_empty()).then_some(out)
+/// A gRPC body's prefix (compressed flag, message length) and the rest of its first non-empty
+/// chunk, which is where the message starts.
+pub(crate) fn frame_head(chunks: &[Bytes]) -> Option<(u8, usize, &[u8])> {
+    let first = chunks.iter().find(|c| !c.is_empty())?;
+    let (&[flag, a, b, c, d], rest) = first.split_first_chunk::<5>()?;
+    Some((flag, u32::from_be_bytes([a, b, c, d]) as usize, rest))
 }
 
 /// The message of an uncompressed gRPC body whose prefix and message sit in its first
 /// non-empty chunk.
 fn contiguous_message(chunks: &[Bytes]) -> Option<&[u8]> {
-    let first = chunks.iter().find(|c| !c.is_empty())?;
-    let (&[0, a, b, c, d], rest) = first.split_first_chunk::<5>()? else {
-        return None;
-    };
-    rest.get(..u32::from_be_bytes([a, b, c, d]) as usize)
+    match frame_head(chunks)? {
+        (0, len, rest) => rest.get(..len),
+        _ => None,
+    }
 }
 
 /// A message [`request_id`] leaves to prost.

@@ -451,8 +451,7 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
 /// `None` when it does not, and the publisher thread's full decode decides. A message that
 /// names another model again further on (no encoder does) is judged by its first name here.
 fn request_model(chunks: &[Bytes]) -> Option<(&str, &str)> {
-    let first = chunks.iter().find(|c| !c.is_empty())?;
-    let (&[0, ..], mut rest) = first.split_first_chunk::<5>()? else {
+    let (0, _, mut rest) = crate::proxy::frame_head(chunks)? else {
         return None;
     };
     let (mut name, mut version) = (None, "");
@@ -482,7 +481,7 @@ fn body_bytes(call: &CapturedCall) -> u64 {
 
 /// Why a gRPC body could not be turned into one message.
 #[derive(Debug)]
-enum Unframe {
+pub(crate) enum Unframe {
     Malformed,
     TooLarge,
     Compression,
@@ -505,7 +504,7 @@ fn concat(chunks: Vec<Bytes>, scratch: &mut BytesMut) -> Bytes {
 
 /// The one message of a unary gRPC body: a 5-byte prefix (compressed flag, big-endian length)
 /// and the message, gzip-inflated when flagged.
-fn unframe(
+pub(crate) fn unframe(
     chunks: Vec<Bytes>,
     encoding: Option<&str>,
     limit: usize,
