@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
@@ -859,6 +859,14 @@ fn diff_json(served: &Path, offline: &Path, key: &str, extra: &[&str]) -> (i32, 
     (out.status.code().unwrap_or(-1), report, err)
 }
 
+/// The two sides as `served.parquet` and `offline.parquet` in `dir`.
+fn parquet_sides(dir: &Path, served: &RecordBatch, offline: &RecordBatch) -> (PathBuf, PathBuf) {
+    let paths = (dir.join("served.parquet"), dir.join("offline.parquet"));
+    write_parquet(&paths.0, served);
+    write_parquet(&paths.1, offline);
+    paths
+}
+
 fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
     RecordBatch::try_from_iter(columns).unwrap()
 }
@@ -913,10 +921,8 @@ fn infinities_mismatch_anything_but_themselves() {
     let dir = tempfile::tempdir().unwrap();
     let (inf, ninf) = (f64::INFINITY, f64::NEG_INFINITY);
     let ids = || Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])) as ArrayRef;
-    let served = dir.path().join("served.parquet");
-    let offline = dir.path().join("offline.parquet");
-    write_parquet(
-        &served,
+    let (served, offline) = parquet_sides(
+        dir.path(),
         &batch(vec![
             ("id", ids()),
             (
@@ -924,9 +930,6 @@ fn infinities_mismatch_anything_but_themselves() {
                 Arc::new(Float64Array::from(vec![inf, ninf, 1.0, inf, ninf])),
             ),
         ]),
-    );
-    write_parquet(
-        &offline,
         &batch(vec![
             ("id", ids()),
             (
@@ -976,10 +979,8 @@ fn text_lists(rows: &[&[Option<&str>]]) -> ArrayRef {
 fn null_list_elements_are_values_of_their_own() {
     let dir = tempfile::tempdir().unwrap();
     let ids = || Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef;
-    let served = dir.path().join("served.parquet");
-    let offline = dir.path().join("offline.parquet");
-    write_parquet(
-        &served,
+    let (served, offline) = parquet_sides(
+        dir.path(),
         &batch(vec![
             ("id", ids()),
             (
@@ -995,9 +996,6 @@ fn null_list_elements_are_values_of_their_own() {
                 text_lists(&[&[Some("a"), None], &[None], &[Some("b")]]),
             ),
         ]),
-    );
-    write_parquet(
-        &offline,
         &batch(vec![
             ("id", ids()),
             (
@@ -1032,18 +1030,13 @@ fn null_list_elements_are_values_of_their_own() {
 fn u64_keys_keep_their_full_range() {
     let dir = tempfile::tempdir().unwrap();
     let ids = [u64::MAX, 1 << 63, (1 << 63) - 1, 5];
-    let served = dir.path().join("served.parquet");
-    let offline = dir.path().join("offline.parquet");
     let x = || Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0, 4.0])) as ArrayRef;
-    write_parquet(
-        &served,
+    let (served, offline) = parquet_sides(
+        dir.path(),
         &batch(vec![
             ("id", Arc::new(UInt64Array::from(ids.to_vec()))),
             ("x", x()),
         ]),
-    );
-    write_parquet(
-        &offline,
         &batch(vec![
             (
                 "id",
@@ -1235,10 +1228,10 @@ fn timestamps_compare_across_units() {
     let ids = || Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef;
     let ms = [1000i64, 1_700_000_000_123];
     let day = 19_675i32; // 2023-11-14
-    let served = dir.path().join("served.parquet");
-    let offline = dir.path().join("offline.parquet");
-    write_parquet(
-        &served,
+    let micros: Vec<i64> = ms.iter().map(|v| v * 1000).collect();
+    let secs = i64::from(day) * 86_400;
+    let (served, offline) = parquet_sides(
+        dir.path(),
         &batch(vec![
             ("id", ids()),
             ("ts", Arc::new(TimestampMillisecondArray::from(ms.to_vec()))),
@@ -1259,11 +1252,6 @@ fn timestamps_compare_across_units() {
                 ])),
             ),
         ]),
-    );
-    let micros: Vec<i64> = ms.iter().map(|v| v * 1000).collect();
-    let secs = i64::from(day) * 86_400;
-    write_parquet(
-        &offline,
         &batch(vec![
             ("id", ids()),
             (
@@ -1322,10 +1310,8 @@ fn top_pairs_survive_more_distinct_pairs_than_the_cap() {
     let dir = tempfile::tempdir().unwrap();
     let n = 4097;
     let ids = || Arc::new(Int64Array::from_iter_values(0..n)) as ArrayRef;
-    let served = dir.path().join("served.parquet");
-    let offline = dir.path().join("offline.parquet");
-    write_parquet(
-        &served,
+    let (served, offline) = parquet_sides(
+        dir.path(),
         &batch(vec![
             ("id", ids()),
             (
@@ -1333,9 +1319,6 @@ fn top_pairs_survive_more_distinct_pairs_than_the_cap() {
                 Arc::new(Float64Array::from_iter_values((0..n).map(|i| i as f64))),
             ),
         ]),
-    );
-    write_parquet(
-        &offline,
         &batch(vec![
             ("id", ids()),
             (
