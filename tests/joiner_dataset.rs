@@ -106,7 +106,7 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
 
     let dir = tempfile::tempdir().unwrap();
     let dataset = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-    let staged = dataset.stage("feature-log-0", 1, &rows).unwrap();
+    let staged = dataset.stage("feature-log-0", 1, &rows, i64::MIN).unwrap();
     let files = staged.files;
     let checkpoint = Checkpoint {
         task: "feature-log-0".into(),

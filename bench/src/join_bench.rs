@@ -580,7 +580,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let ds = Dataset::open(dir.path().join("stage"), SinkOptions::default())?;
     let t = Instant::now();
-    ds.stage("bench", 1, &rows)?;
+    ds.stage("bench", 1, &rows, i64::MIN)?;
     let stage_s = t.elapsed().as_secs_f64();
     let batch = featurelog_joiner::rows::to_record_batch(&rows)?;
     let t = Instant::now();
@@ -641,7 +641,7 @@ fn join_probe(args: &Args) -> anyhow::Result<()> {
             if rows.len() >= flush_rows {
                 let t = Instant::now();
                 epoch += 1;
-                ds.stage("probe", epoch, &rows)?;
+                ds.stage("probe", epoch, &rows, i64::MIN)?;
                 written += rows.len();
                 rows.clear();
                 stage += t.elapsed().as_secs_f64();
@@ -649,7 +649,7 @@ fn join_probe(args: &Args) -> anyhow::Result<()> {
         }
         let t = Instant::now();
         epoch += 1;
-        ds.stage("probe", epoch, &rows)?;
+        ds.stage("probe", epoch, &rows, i64::MIN)?;
         written += rows.len();
         stage += t.elapsed().as_secs_f64();
         let total = cpu_seconds() - cpu0;

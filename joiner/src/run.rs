@@ -1086,6 +1086,9 @@ struct Task {
     /// partition is the repartition topic's, or the events topic's when co-partitioned.
     next: [i64; 2],
     epoch: u64,
+    /// The watermark of the task's newest checkpoint (`i64::MIN` before the first): rows
+    /// staged for hours it has already declared complete go to the late area.
+    committed_watermark_us: i64,
     rows: Vec<Row>,
     dirty: bool,
     /// The state's counts as last added to the metrics.
@@ -1197,7 +1200,7 @@ fn recover(
     let name = &format!("{topic}-{partition}");
     let checkpoint = dataset.recover(name)?;
     let partitioning = config.input.events_partitioning;
-    let (state, next, epoch, state_file) = match checkpoint {
+    let (state, next, epoch, committed_watermark_us, state_file) = match checkpoint {
         Some(cp) => {
             same_partitioning(&cp, partitioning)?;
             let state = match &cp.state {
@@ -1243,6 +1246,7 @@ fn recover(
                 state,
                 [at("features"), at(events_key(partitioning))],
                 cp.epoch,
+                cp.watermark_us,
                 cp.state,
             )
         }
@@ -1250,6 +1254,7 @@ fn recover(
             JoinState::new(config.join_config(event_sources)),
             [0, 0],
             0,
+            i64::MIN,
             None,
         ),
     };
@@ -1274,6 +1279,7 @@ fn recover(
         state,
         next,
         epoch,
+        committed_watermark_us,
         rows: Vec::new(),
         dirty: false,
         reported: crate::state::Counts::default(),
@@ -1318,13 +1324,15 @@ fn flush(
     dataset: &Dataset,
     task: &mut Task,
     partitioning: EventsPartitioning,
+    completeness_lag: i64,
     metrics: &JoinMetrics,
 ) -> Result<bool, JoinError> {
     if !task.dirty {
         return Ok(true);
     }
     let epoch = task.epoch + 1;
-    let staged = dataset.stage(&task.name, epoch, &task.rows)?;
+    let complete_before = task.committed_watermark_us.saturating_sub(completeness_lag);
+    let staged = dataset.stage(&task.name, epoch, &task.rows, complete_before)?;
     let staged_late = staged.late_rows;
     if staged.late_rows > 0 {
         tracing::warn!(task = %task.name, rows = staged.late_rows, "rows for hours already complete written under late/");
@@ -1379,6 +1387,7 @@ fn flush(
     metrics.late_rows.inc_by(staged_late as u64);
     tracing::debug!(task = %task.name, epoch, rows = task.rows.len(), "committed");
     task.epoch = epoch;
+    task.committed_watermark_us = checkpoint.watermark_us;
     task.rows.clear();
     task.dirty = false;
     Ok(true)
@@ -1451,7 +1460,7 @@ async fn join(
             _ = shutdown.cancelled() => {
                 drop_revoked(&mut tasks);
                 for task in tasks.values_mut() {
-                    tokio::task::block_in_place(|| flush(&dataset, task, partitioning, &metrics))?;
+                    tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics))?;
                 }
                 commit_monitoring(&consumer, &tasks, &features_topic, &events_input);
                 tracing::info!("join stage stopped after a final commit");
@@ -1504,7 +1513,7 @@ async fn join(
                 }
                 let mut fenced = Vec::new();
                 for (p, task) in tasks.iter_mut() {
-                    if !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, &metrics))? {
+                    if !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics))? {
                         fenced.push(*p);
                     }
                 }
@@ -1649,7 +1658,7 @@ async fn join(
                 };
                 task.rows.extend(rows);
                 if task.rows.len() >= config.output.flush_rows
-                    && !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, &metrics))?
+                    && !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics))?
                 {
                     tasks.remove(&p);
                     if let Some(task) = tokio::task::block_in_place(|| {

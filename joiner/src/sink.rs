@@ -134,6 +134,9 @@ pub struct Checkpoint {
 /// The marker of a complete hour.
 pub const SUCCESS: &str = "_SUCCESS";
 
+/// An hour in microseconds.
+const HOUR_US: i64 = 3_600_000_000;
+
 /// What [`Dataset::stage`] wrote.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Staged {
@@ -221,7 +224,15 @@ struct Complete {
     hours: HashSet<String>,
     /// `dt=...` whose every hour has a marker.
     days: HashSet<String>,
+    /// The first and the newest hour (epoch hours) with a directory seen by this process.
+    span: Option<(i64, i64)>,
+    /// Epoch hours `[from, to)` already checked for a marker of an hour without rows.
+    gaps_checked: Option<(i64, i64)>,
 }
+
+/// Hours without rows checked for a marker at most per [`Dataset::mark_complete`] call (a
+/// month), so that a first look at a long dataset with gaps spreads its requests over flushes.
+const GAP_HOURS_PER_CALL: i64 = 24 * 31;
 
 /// The primitive operations the commit protocol is built from, on each kind of storage. Names
 /// are relative to the dataset root, with `/` separators.
@@ -918,11 +929,23 @@ impl Dataset {
     }
 
     /// Writes `rows` as staged files of `task`'s `epoch`, one per hour of impression time
-    /// (negatives, which have none, by served-at), split past `max_file_rows`. Rows of an hour
-    /// already marked complete (`_SUCCESS`) go under `late/` instead, never silently into the
-    /// finished hour. Returns the visible names the files will get and how many rows were late.
-    pub fn stage(&self, task: &str, epoch: u64, rows: &[Row]) -> Result<Staged, SinkError> {
-        const HOUR_US: i64 = 3_600_000_000;
+    /// (negatives, which have none, by served-at), split past `max_file_rows`. Rows of a
+    /// finished hour go under `late/` instead, never silently into it: an hour that ends at or
+    /// before `complete_before_us`, or that is marked complete (`_SUCCESS`). Returns the
+    /// visible names the files will get and how many rows were late.
+    ///
+    /// `complete_before_us` is the task's committed watermark minus the completeness lag
+    /// ([`Dataset::mark_complete`]): past it, the task has already told every marker writer
+    /// that the hour can have no more rows. Deciding by the marker alone was a race: a marker
+    /// written between this staging and the commit let the rows into an hour already declared
+    /// complete. `i64::MIN` when the task has no checkpoint.
+    pub fn stage(
+        &self,
+        task: &str,
+        epoch: u64,
+        rows: &[Row],
+        complete_before_us: i64,
+    ) -> Result<Staged, SinkError> {
         let hour_of = |row: &Row| {
             row.impression_time_us
                 .unwrap_or_else(|| {
@@ -960,7 +983,8 @@ impl Dataset {
         for (hour, rows) in by_hour {
             let (dt, hr) = hour_partition(hour.saturating_mul(HOUR_US));
             let hour_dir = format!("dt={dt}/hr={hr}");
-            let dir = if self.storage.exists(&format!("{hour_dir}/{SUCCESS}"))? {
+            let finished = hour.saturating_add(1).saturating_mul(HOUR_US) <= complete_before_us;
+            let dir = if finished || self.storage.exists(&format!("{hour_dir}/{SUCCESS}"))? {
                 staged.late_rows += rows.len();
                 format!("late/{hour_dir}")
             } else {
@@ -1040,6 +1064,12 @@ impl Dataset {
     /// Marks complete every hour that ended at least `lag_us` before the dataset watermark,
     /// the minimum of the newest checkpointed watermark of every one of `tasks`. Returns the
     /// hours marked now (`dt=.../hr=...`). Marks nothing while a task has no checkpoint.
+    ///
+    /// An hour without rows between the dataset's first and newest hours gets a directory
+    /// holding only its marker: a scheduler that waits for each hour's `_SUCCESS` must not
+    /// stall on a quiet night. Hours after the newest one with rows wait until a later hour
+    /// has rows, so that a watermark pushed far ahead by a clock mistake never writes markers
+    /// for years of hours that have no data.
     pub fn mark_complete(&self, tasks: &[String], lag_us: i64) -> Result<Vec<String>, SinkError> {
         let mut known = self
             .complete
@@ -1057,6 +1087,8 @@ impl Dataset {
         }
         let complete_before = watermark.saturating_sub(lag_us);
         let mut marked = Vec::new();
+        // Hours with a directory in this listing, in epoch hours.
+        let mut listed = HashSet::new();
         for day_name in self.storage.children("")?.0 {
             if known.days.contains(&day_name) {
                 continue;
@@ -1066,7 +1098,7 @@ impl Dataset {
             };
             // Rows of a complete hour go to late/, so a day that has ended gets no new hours.
             let mut whole_day = hour_start_us(date, "00")
-                .is_some_and(|start| start.saturating_add(24 * 3_600_000_000) <= complete_before);
+                .is_some_and(|start| start.saturating_add(24 * HOUR_US) <= complete_before);
             for hour_name in self.storage.children(&day_name)?.0 {
                 let hour = format!("{day_name}/{hour_name}");
                 if known.hours.contains(&hour) {
@@ -1078,7 +1110,13 @@ impl Dataset {
                 else {
                     continue;
                 };
-                if start.saturating_add(3_600_000_000) > complete_before {
+                let epoch_hour = start.div_euclid(HOUR_US);
+                listed.insert(epoch_hour);
+                known.span = Some(match known.span {
+                    Some((first, newest)) => (first.min(epoch_hour), newest.max(epoch_hour)),
+                    None => (epoch_hour, epoch_hour),
+                });
+                if start.saturating_add(HOUR_US) > complete_before {
                     whole_day = false;
                     continue;
                 }
@@ -1095,7 +1133,50 @@ impl Dataset {
                 known.days.insert(day_name);
             }
         }
+        self.mark_gaps(&mut known, &listed, complete_before, &mut marked)?;
         Ok(marked)
+    }
+
+    /// Marks the complete hours without a directory of the dataset's span (see
+    /// [`Dataset::mark_complete`]); `listed` holds the hours with one in this call's listing.
+    fn mark_gaps(
+        &self,
+        known: &mut Complete,
+        listed: &HashSet<i64>,
+        complete_before: i64,
+        marked: &mut Vec<String>,
+    ) -> Result<(), SinkError> {
+        let Some((first, newest)) = known.span else {
+            return Ok(());
+        };
+        // Hours before `end` are complete and not after the newest hour with rows.
+        let end = complete_before.div_euclid(HOUR_US).min(newest);
+        if end <= first {
+            return Ok(());
+        }
+        // `[lo, hi)` were checked. The span only grows and `end` only moves forward (the
+        // watermark never moves back), so what is left is below `lo` (rows were staged for an
+        // hour earlier than any seen so far) and from `hi` on.
+        let (lo, hi) = known.gaps_checked.unwrap_or((first, first));
+        let below = first.max(lo.saturating_sub(GAP_HOURS_PER_CALL))..lo;
+        let above = hi..end.min(hi.saturating_add(GAP_HOURS_PER_CALL));
+        let checked = (below.start.min(lo), above.end.max(hi));
+        for hour in below.chain(above) {
+            let (dt, hr) = hour_partition(hour.saturating_mul(HOUR_US));
+            let name = format!("dt={dt}/hr={hr}");
+            if listed.contains(&hour) || known.hours.contains(&name) {
+                continue;
+            }
+            // Not listed now, but its day may have been seen whole before this hour was in
+            // the span; or an earlier call marked it and it is not listed again.
+            let marker = format!("{name}/{SUCCESS}");
+            if !self.storage.exists(&marker)? {
+                self.storage.put(&marker, Vec::new())?;
+                marked.push(name);
+            }
+        }
+        known.gaps_checked = Some(checked);
+        Ok(())
     }
 
     fn encode(&self, visible: &str, rows: &[Row]) -> Result<Vec<u8>, SinkError> {
@@ -1394,7 +1475,9 @@ mod tests {
     fn on_an_object_store_files_appear_only_after_the_commit_and_split_by_rows() {
         let (store, ds) = in_memory();
         ds.check().unwrap();
-        let staged = ds.stage("t-0", 1, &[rows(18), rows(18)].concat()).unwrap();
+        let staged = ds
+            .stage("t-0", 1, &[rows(18), rows(18)].concat(), i64::MIN)
+            .unwrap();
         assert_eq!(
             staged.files.len(),
             4,
@@ -1426,7 +1509,7 @@ mod tests {
     #[test]
     fn on_an_object_store_recovery_finishes_the_roll_forward_and_keeps_a_live_writers_staging() {
         let (store, ds) = in_memory();
-        let staged = ds.stage("t-0", 1, &rows(1)).unwrap();
+        let staged = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
         let mut cp = checkpoint("t-0", 1, staged.files.clone());
         cp.staging = staged.staging.clone();
         ds.commit(&cp).unwrap();
@@ -1435,8 +1518,8 @@ mod tests {
             Dataset::open_object_store(store.clone(), "memory://b", "ds", SinkOptions::default())
                 .unwrap();
         // A stale writer staged epoch 1 too (it lost the commit) and epoch 2 (it may still commit).
-        let stale1 = other.stage("t-0", 1, &rows(3)).unwrap();
-        let later = other.stage("t-0", 2, &rows(5)).unwrap();
+        let stale1 = other.stage("t-0", 1, &rows(3), i64::MIN).unwrap();
+        let later = other.stage("t-0", 2, &rows(5), i64::MIN).unwrap();
         assert_eq!(other.recover("t-0").unwrap(), Some(cp.clone()));
         let mut expected = staged.files.clone();
         expected.sort();
@@ -1465,7 +1548,7 @@ mod tests {
     fn committed_rows_become_visible_parquet_by_hour() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        let staged = ds.stage("t-0", 1, &rows(18)).unwrap();
+        let staged = ds.stage("t-0", 1, &rows(18), i64::MIN).unwrap();
         let files = staged.files.clone();
         assert_eq!(files.len(), 2, "two impression hours, two files");
         assert!(
@@ -1497,16 +1580,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         // Epoch 1 committed but the process died before renaming.
-        let staged1 = ds.stage("t-0", 1, &rows(1)).unwrap();
+        let staged1 = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
         let files1 = staged1.files.clone();
         ds.commit(&committed("t-0", 1, &staged1)).unwrap();
         // Epoch 1 staged by a writer that lost it: never committed.
         let lost = Dataset::open(dir.path(), SinkOptions::default())
             .unwrap()
-            .stage("t-0", 1, &rows(3))
+            .stage("t-0", 1, &rows(3), i64::MIN)
             .unwrap();
         // Another task's staged files are not touched.
-        let other = ds.stage("t-1", 1, &rows(7)).unwrap();
+        let other = ds.stage("t-1", 1, &rows(7), i64::MIN).unwrap();
 
         let cp = ds.recover("t-0").unwrap().unwrap();
         assert_eq!(cp.epoch, 1);
@@ -1608,7 +1691,7 @@ mod tests {
         state: &mut JoinState,
         rows: &[Row],
     ) -> (Checkpoint, Vec<Vec<u8>>) {
-        let staged = ds.stage(task, epoch, rows).unwrap();
+        let staged = ds.stage(task, epoch, rows, i64::MIN).unwrap();
         let snapshot = state.snapshot(epoch, &ds.state_name(task, epoch));
         let name = ds.stage_state(task, epoch, snapshot.bytes).unwrap();
         let bytes = staged
@@ -1852,7 +1935,7 @@ mod tests {
         // Rows in hours 00 and 01 of day one and hour 00 of day two.
         let mut all = rows(0);
         all.extend(rows(24));
-        let staged = ds.stage("t-0", 1, &all).unwrap();
+        let staged = ds.stage("t-0", 1, &all, i64::MIN).unwrap();
         let mut cp = committed("t-0", 1, &staged);
         cp.watermark_us = 2 * HOUR;
         ds.commit(&cp).unwrap();
@@ -1874,10 +1957,12 @@ mod tests {
         let mut cp2 = checkpoint("t-0", 2, vec![]);
         cp2.watermark_us = 25 * HOUR;
         ds.commit(&cp2).unwrap();
-        assert_eq!(
-            ds.mark_complete(&tasks, 0).unwrap(),
-            ["dt=1970-01-02/hr=00"]
-        );
+        // Day one's hours without rows (02 to 23) get their markers too.
+        let expected: Vec<String> = ["dt=1970-01-02/hr=00".to_string()]
+            .into_iter()
+            .chain((2..24).map(|h| format!("dt=1970-01-01/hr={h:02}")))
+            .collect();
+        assert_eq!(ds.mark_complete(&tasks, 0).unwrap(), expected);
         let lists = counting.lists.load(Relaxed);
         assert!(ds.mark_complete(&tasks, 0).unwrap().is_empty());
         assert_eq!(counting.lists.load(Relaxed), lists + 1, "only day two");
@@ -1894,12 +1979,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let writer = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         let tasks = vec!["t-0".to_string()];
-        let first = writer.stage("t-0", 1, &rows(0)).unwrap();
+        let first = writer.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
         let cp1 = committed("t-0", 1, &first);
         writer.commit(&cp1).unwrap();
         writer.roll_forward(&cp1).unwrap();
         // The writer commits more rows of the same hours and dies before its roll forward.
-        let second = writer.stage("t-0", 2, &rows(0)).unwrap();
+        let second = writer.stage("t-0", 2, &rows(0), i64::MIN).unwrap();
         let mut cp2 = committed("t-0", 2, &second);
         cp2.watermark_us = 2 * HOUR;
         writer.commit(&cp2).unwrap();
@@ -1986,7 +2071,7 @@ mod tests {
         let owner = Dataset::open(dir.path(), options.clone()).unwrap();
         let observer = Dataset::open(dir.path(), options).unwrap();
         let tasks = vec!["t-0".to_string()];
-        let staged = owner.stage("t-0", 1, &rows(0)).unwrap();
+        let staged = owner.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
         let cp = committed("t-0", 1, &staged);
         owner.commit(&cp).unwrap();
         owner.roll_forward(&cp).unwrap();
@@ -2007,11 +2092,90 @@ mod tests {
     }
 
     #[test]
+    fn rows_for_hours_the_task_declared_complete_go_aside_before_any_marker_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        // The task's committed watermark minus the lag is 02:00: hours 00 and 01 are over for
+        // it, though no marker writer has looked yet. Hour 02 is still open.
+        let staged = ds
+            .stage("t-0", 2, &[rows(0), rows(2)].concat(), 2 * HOUR_US)
+            .unwrap();
+        assert_eq!(staged.late_rows, 2);
+        let mut files = staged.files.clone();
+        files.sort();
+        assert_eq!(files.len(), 4, "{files:?}");
+        assert!(files[0].starts_with("dt=1970-01-01/hr=02/"), "{files:?}");
+        assert!(files[1].starts_with("dt=1970-01-01/hr=03/"), "{files:?}");
+        assert!(
+            files[2].starts_with("late/dt=1970-01-01/hr=00/"),
+            "{files:?}"
+        );
+        assert!(
+            files[3].starts_with("late/dt=1970-01-01/hr=01/"),
+            "{files:?}"
+        );
+    }
+
+    #[test]
+    fn hours_without_rows_are_marked_between_the_first_and_newest_hours_with_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let tasks = vec!["t-0".to_string()];
+        let marker = |hour: u32| {
+            dir.path()
+                .join(format!("dt=1970-01-01/hr={hour:02}/_SUCCESS"))
+        };
+        // Rows at 00, 01 and at 05, 06; nothing in between.
+        let staged = ds
+            .stage("t-0", 1, &[rows(0), rows(5)].concat(), i64::MIN)
+            .unwrap();
+        let mut cp = committed("t-0", 1, &staged);
+        cp.watermark_us = 10 * HOUR_US;
+        ds.commit(&cp).unwrap();
+        ds.roll_forward(&cp).unwrap();
+        let mut marked = ds.mark_complete(&tasks, 0).unwrap();
+        marked.sort();
+        let expected: Vec<String> = (0..=6)
+            .map(|h| format!("dt=1970-01-01/hr={h:02}"))
+            .collect();
+        assert_eq!(marked, expected);
+        for hour in 0..=6 {
+            assert!(marker(hour).exists(), "hour {hour}");
+        }
+        // Hours after the newest with rows wait for later rows, however far the watermark.
+        assert!(!marker(7).exists());
+        assert!(ds.mark_complete(&tasks, 0).unwrap().is_empty());
+        // A restarted joiner finds them marked.
+        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert!(again.mark_complete(&tasks, 0).unwrap().is_empty());
+        // Rows at 10 and 11 (the task's committed watermark is 10:00): hours 07 to 09 have
+        // none and are complete now.
+        let staged = again.stage("t-0", 2, &rows(10), 10 * HOUR_US).unwrap();
+        assert_eq!(staged.late_rows, 0);
+        let mut cp = committed("t-0", 2, &staged);
+        cp.watermark_us = 20 * HOUR_US;
+        again.commit(&cp).unwrap();
+        again.roll_forward(&cp).unwrap();
+        let mut marked = again.mark_complete(&tasks, 0).unwrap();
+        marked.sort();
+        let expected: Vec<String> = (7..=11)
+            .map(|h| format!("dt=1970-01-01/hr={h:02}"))
+            .collect();
+        assert_eq!(marked, expected);
+        // Readers see only the rows: marker-only hours hold no data file.
+        let data: Vec<String> = visible_files(dir.path())
+            .into_iter()
+            .filter(|f| f.ends_with(".parquet"))
+            .collect();
+        assert_eq!(data.len(), 6, "{data:?}");
+    }
+
+    #[test]
     fn hours_are_marked_complete_by_the_slowest_task_and_late_rows_go_aside() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         let tasks = vec!["t-0".to_string(), "t-1".to_string()];
-        let staged = ds.stage("t-0", 1, &rows(1)).unwrap();
+        let staged = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
         let mut cp = committed("t-0", 1, &staged);
         cp.watermark_us = 10 * 3_600_000_000;
         ds.commit(&cp).unwrap();
@@ -2032,7 +2196,7 @@ mod tests {
         assert!(dir.path().join("dt=1970-01-01/hr=01/_SUCCESS").exists());
         assert!(!dir.path().join("dt=1970-01-01/hr=02/_SUCCESS").exists());
         // A row for the finished hour arrives later: it goes to late/, counted.
-        let late = ds.stage("t-0", 2, &rows(1)[..1]).unwrap();
+        let late = ds.stage("t-0", 2, &rows(1)[..1], i64::MIN).unwrap();
         assert_eq!(late.late_rows, 1);
         assert!(
             late.files[0].starts_with("late/dt=1970-01-01/hr=01/"),
