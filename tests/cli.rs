@@ -77,3 +77,39 @@ fn a_sidecar_whose_allow_list_is_missing_does_not_start_and_exits_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("missing.toml"), "{stderr}");
 }
+
+#[test]
+fn configs_load_beside_an_environment_variable_that_is_not_text() {
+    use std::os::unix::ffi::OsStrExt;
+    // Another program's variable with a Latin-1 value: reading the environment panicked.
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    for (command, sample) in [
+        ("sidecar", "/services/sidecar/sidecar.example.toml"),
+        ("join", "/joiner/join.example.toml"),
+    ] {
+        let sample = format!("{}{sample}", env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+            .args([command, "--check-config", &sample])
+            .env("LEGACY_GREETING", latin1)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // One of ours that cannot be read is named, not skipped.
+    let out = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+        .args([
+            "join",
+            "--check-config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/joiner/join.example.toml"),
+        ])
+        .env("FEATURELOG_JOIN__GROUP", latin1)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("FEATURELOG_JOIN__GROUP"), "{stderr}");
+}

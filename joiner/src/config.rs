@@ -276,13 +276,34 @@ impl OutputConfig {
     pub fn build_s3(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>, String> {
         let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
         if let Some(o) = &self.object_store {
+            // object_store takes several names for one setting (`endpoint`, `aws_endpoint`,
+            // `aws_endpoint_url`): set twice, one would silently win, by the order of the
+            // names. Which one the operator meant is theirs to say.
+            let mut set: Vec<(AmazonS3ConfigKey, String)> = Vec::new();
+            let mut once = |key: AmazonS3ConfigKey, spelling: String| {
+                if let Some((_, first)) = set.iter().find(|(k, _)| *k == key) {
+                    return Err(format!(
+                        "output.object-store: {} and {spelling} are the same S3 setting ({}); keep one",
+                        first,
+                        key.as_ref()
+                    ));
+                }
+                set.push((key, spelling));
+                Ok(())
+            };
             if let Some(endpoint) = &o.endpoint {
+                once(AmazonS3ConfigKey::Endpoint, "endpoint".into())?;
                 builder = builder.with_endpoint(endpoint);
             }
             if let Some(region) = &o.region {
+                once(AmazonS3ConfigKey::Region, "region".into())?;
                 builder = builder.with_region(region);
             }
             if let Some(allow) = o.allow_http {
+                once(
+                    AmazonS3ConfigKey::Client(object_store::ClientConfigKey::AllowHttp),
+                    "allow-http".into(),
+                )?;
                 builder = builder.with_allow_http(allow);
             }
             for (key, value) in &o.options {
@@ -290,6 +311,7 @@ impl OutputConfig {
                 let parsed = AmazonS3ConfigKey::from_str(&key.replace('-', "_")).map_err(|_| {
                     format!("output.object-store.options: unknown S3 setting {key:?}")
                 })?;
+                once(parsed, format!("options.{key}"))?;
                 builder = builder.with_config(parsed, value);
             }
         }
@@ -380,7 +402,11 @@ impl JoinerConfig {
             path: path.to_owned(),
             message: format!("cannot read it: {e}"),
         })?;
-        Self::from_toml_with_env(path, &text, std::env::vars())
+        let env = featurelog_ops::environment(ENV_PREFIX).map_err(|message| ConfigError {
+            path: path.to_owned(),
+            message,
+        })?;
+        Self::from_toml_with_env(path, &text, env)
     }
 
     /// Parses `text` (the file at `path`) with overrides from `env`, then validates.
@@ -682,6 +708,16 @@ mod tests {
                 "output.zstd-level 23 is not a level",
             ),
             ("path = \"data\"\nzstd-level = -1", "output.zstd-level -1"),
+            (
+                "path = \"s3://b/p\"\n[output.object-store.options]\n\
+                 aws_endpoint = \"http://a:9000\"\nendpoint = \"http://b:9000\"",
+                "options.aws_endpoint and options.endpoint are the same S3 setting",
+            ),
+            (
+                "path = \"s3://b/p\"\n[output.object-store]\nregion = \"x\"\n\
+                 [output.object-store.options]\naws-region = \"y\"",
+                "region and options.aws-region are the same S3 setting",
+            ),
         ] {
             let err = JoinerConfig::from_toml_with_env(
                 Path::new("join.toml"),

@@ -39,6 +39,39 @@ pub fn layered_config(
     layered(text, prefix, env, Values::Typed)
 }
 
+/// The process's environment, for [`extract_config`]: `std::env::vars` panics on a variable
+/// whose name or value is not UTF-8, and an operator's environment may hold one that has
+/// nothing to do with featurelog. Such variables are left out, unless their name starts with
+/// `prefix` (one of ours that cannot be read as text): that is an error naming it.
+pub fn environment(prefix: &str) -> Result<Vec<(String, String)>, String> {
+    environment_from(std::env::vars_os(), prefix)
+}
+
+fn environment_from(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    prefix: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (name, value) in vars {
+        match (name.into_string(), value.into_string()) {
+            (Ok(name), Ok(value)) => out.push((name, value)),
+            (Ok(name), Err(_)) if name.starts_with(prefix) => {
+                return Err(format!(
+                    "environment variable {name}: its value is not UTF-8 text"
+                ));
+            }
+            (Err(name), _) if name.to_string_lossy().starts_with(prefix) => {
+                return Err(format!(
+                    "environment variable {}: its name is not UTF-8 text",
+                    name.to_string_lossy()
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 /// Extracts a `T` from `text` under the environment overrides of [`layered_config`], with every
 /// environment value taken as the text it is and converted only when its field asks for
 /// something else: `FEATURELOG_SIDECAR__INSTANCE=7` is the text "7", while
@@ -359,6 +392,31 @@ fn route(path: &str, metrics: &Render, ready: &AtomicBool) -> Response<Full<Byte
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn environment_skips_other_programs_variables_that_are_not_text_and_refuses_ours() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || std::ffi::OsString::from_vec(vec![b'a', 0xff]);
+        let ok = |s: &str| std::ffi::OsString::from(s);
+        let vars = vec![
+            (ok("PATH"), ok("/bin")),
+            (ok("OTHER"), bad()),
+            (bad(), ok("x")),
+            (ok("FEATURELOG_JOIN__GROUP"), ok("g")),
+        ];
+        assert_eq!(
+            environment_from(vars.clone(), "FEATURELOG_JOIN__").unwrap(),
+            [
+                ("PATH".to_string(), "/bin".to_string()),
+                ("FEATURELOG_JOIN__GROUP".to_string(), "g".to_string())
+            ]
+        );
+        let mut ours = vars;
+        ours.push((ok("FEATURELOG_JOIN__INSTANCE"), bad()));
+        let err = environment_from(ours, "FEATURELOG_JOIN__").unwrap_err();
+        assert!(err.contains("FEATURELOG_JOIN__INSTANCE"), "{err}");
+    }
+
     use std::collections::BTreeMap;
 
     use serde::Deserialize;

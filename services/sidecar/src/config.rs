@@ -200,7 +200,12 @@ impl SidecarConfig {
             path: path.to_owned(),
             message: format!("cannot read it: {e}"),
         })?;
-        Self::from_toml_with_env(path, &text, std::env::vars())
+        let env =
+            featurelog_ops::environment(ENV_PREFIX).map_err(|message| SidecarError::Config {
+                path: path.to_owned(),
+                message,
+            })?;
+        Self::from_toml_with_env(path, &text, env)
     }
 
     /// Parses `text` (the file at `path`) with overrides from `env`, then validates.
