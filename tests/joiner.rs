@@ -1290,3 +1290,68 @@ fn sigterm_during_start_up_stops_the_joiner_cleanly() {
     let status = joiner.terminate();
     assert!(status.success(), "{status}");
 }
+
+/// A dataset is tied to the feature-log topic's partition count: when the topic gains
+/// partitions, a sidecar puts a request's records where no task has its events. A running
+/// joiner stops with an error that says so (and what to do) as soon as it reads from a new
+/// partition, and a restarted one refuses to start, rather than silently losing the rows of
+/// every request that moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feature_log_topic_that_gains_partitions_stops_the_joiner_with_what_to_do() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    let Some(kafka) =
+        kafka("a_feature_log_topic_that_gains_partitions_stops_the_joiner_with_what_to_do")
+    else {
+        return;
+    };
+    let s = setup(kafka, 3, 1).await;
+    let out = s.dir.path().join("dataset");
+    let group = s.kafka.unique_group("joiner-grown");
+    let config = s.joiner_config("j1", &group, &out);
+    let running = {
+        let config = config.clone();
+        tokio::spawn(async move { refused(&config).await })
+    };
+    let d = wait_for_rows(&out, s.expected.len(), "before the topic grows").await;
+    check_exact(&d, &s.expected, "before the topic grows");
+
+    let admin: AdminClient<DefaultClientContext> =
+        s.kafka.config.client_config(&[]).create().unwrap();
+    let grown = admin
+        .create_partitions(
+            &[NewPartitions::new(&s.features, 6)],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(grown.iter().all(Result::is_ok), "{grown:?}");
+    // A sidecar that has seen the new partitions writes to them.
+    let producer = s.kafka.producer();
+    producer
+        .send(
+            FutureRecord::to(&s.features)
+                .partition(5)
+                .key("req-moved")
+                .payload(&b"a record of a request that moved"[..]),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    let (code, stderr) = running.await.unwrap();
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("has 6 partitions, but the dataset was written with 4")
+            && stderr.contains("new `output.path`"),
+        "{stderr}"
+    );
+    // Restarted (by its supervisor), it refuses to start, with the same explanation.
+    let (code, stderr) = refused(&config).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("has 6 partitions, but the dataset was written with 4"),
+        "{stderr}"
+    );
+    // What it had committed is still there, exactly once.
+    check_exact(&read_dataset(&out), &s.expected, "after the refusal");
+}

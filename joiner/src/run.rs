@@ -43,9 +43,21 @@ pub enum JoinError {
         "topic {0:?} does not exist; create it (the sidecar does not create topics), with as many partitions as the load needs"
     )]
     NoTopic(String),
+    /// The feature-log topic's partition count is not the dataset's.
+    #[error(
+        "topic {topic:?} has {found} partitions, but the dataset was written with {recorded}: a dataset is tied to its partition count (every task's checkpoint holds offsets of its partitions, and requests move between partitions when the count changes), so joining on would silently lose the rows of every request that moved. To use the new count, run a new `group` into a new `output.path` (README, \"Scaling out\")"
+    )]
+    PartitionsChanged {
+        /// The feature-log topic.
+        topic: String,
+        /// The count the dataset was written with.
+        recorded: i32,
+        /// The topic's count now.
+        found: i32,
+    },
     /// The repartition topic disagrees with the feature-log topic.
     #[error(
-        "topic {topic:?} has {found} partitions but {features:?} has {expected}: delete {topic:?} (the joiner recreates it) or use another group"
+        "topic {topic:?} has {found} partitions but {features:?} has {expected}: if this group has never written a dataset, delete {topic:?} (the joiner recreates it); otherwise use another group"
     )]
     Partitions {
         /// The repartition topic.
@@ -189,6 +201,18 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
             found: event_sources,
         });
     }
+    // Before the repartition topic is looked at: after the feature-log topic gained partitions,
+    // this is the error that says what happened and what to do.
+    let dataset = Dataset::from_config(&config.output)?;
+    tokio::task::block_in_place(|| dataset.check())?;
+    let recorded = tokio::task::block_in_place(|| dataset.partition_count(features, partitions))?;
+    if recorded != partitions {
+        return Err(JoinError::PartitionsChanged {
+            topic: features.clone(),
+            recorded,
+            found: partitions,
+        });
+    }
     let repartition = config.repartition_topic();
     match featurelog_kafka::admin::partition_count(kafka, &repartition, Duration::from_secs(10))
         .await?
@@ -233,8 +257,6 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
         .await?;
     }
     let held_in_topic = held_logs_in_topic(config).await?;
-    let dataset = Dataset::from_config(&config.output)?;
-    tokio::task::block_in_place(|| dataset.check())?;
     // Before any group is joined: a dataset written with the other events-partitioning is
     // refused here, not only when one of its tasks is assigned, which a static member keeping
     // its assignment of the other setting's topics might never be. Every task is written with
@@ -1441,6 +1463,7 @@ async fn join(
             .saturating_add(j.label_window_us.unwrap_or(0))
     };
     let mut tick = tokio::time::interval(config.output.flush_interval);
+    let mut partitions_checked = std::time::Instant::now();
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let drop_revoked = |tasks: &mut HashMap<i32, Task>| {
@@ -1468,6 +1491,10 @@ async fn join(
             }
             _ = tick.tick() => {
                 drop_revoked(&mut tasks);
+                if partitions_checked.elapsed() >= PARTITIONS_CHECK {
+                    partitions_checked = std::time::Instant::now();
+                    tokio::task::block_in_place(|| check_partitions(&consumer, &features_topic, partitions, None))?;
+                }
                 if direct {
                     // No router reports progress to every partition here: a task whose two
                     // partitions stay empty must still exist, or its watermark would hold
@@ -1560,6 +1587,9 @@ async fn join(
                 };
                 let p = message.partition();
                 let input = usize::from(message.topic() != features_topic);
+                if input == 0 && p >= partitions {
+                    tokio::task::block_in_place(|| check_partitions(&consumer, &features_topic, partitions, Some(p)))?;
+                }
                 let task = match tasks.entry(p) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
@@ -1673,6 +1703,44 @@ async fn join(
 }
 
 /// The partitions of `topic` assigned to this member.
+/// How often a running joiner asks the brokers whether the feature-log topic gained partitions.
+const PARTITIONS_CHECK: Duration = Duration::from_secs(10);
+
+/// Stops the joiner when the feature-log topic has more partitions than it started with
+/// (`partitions`, the dataset's count): from then on a sidecar puts a request's records where
+/// no task has its events (docs/JOINER.md, "Partition counts"). `seen` is a partition a
+/// record came from, when that is what raised the question. A broker that does not answer is
+/// no answer: the next check asks again.
+fn check_partitions<C: ConsumerContext>(
+    consumer: &StreamConsumer<C>,
+    topic: &str,
+    partitions: i32,
+    seen: Option<i32>,
+) -> Result<(), JoinError> {
+    let now = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .ok()
+        .and_then(|m| {
+            m.topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .and_then(|t| i32::try_from(t.partitions().len()).ok())
+        });
+    let found = now
+        .into_iter()
+        .chain(seen.map(|p| p.saturating_add(1)))
+        .max()
+        .unwrap_or(partitions);
+    if found > partitions {
+        return Err(JoinError::PartitionsChanged {
+            topic: topic.to_owned(),
+            recorded: partitions,
+            found,
+        });
+    }
+    Ok(())
+}
+
 fn assigned_partitions<C: ConsumerContext>(consumer: &StreamConsumer<C>, topic: &str) -> Vec<i32> {
     consumer.assignment().map_or_else(
         |_| Vec::new(),

@@ -1002,6 +1002,32 @@ impl Dataset {
         Ok(staged)
     }
 
+    /// The partition count of `topic` (the feature-log topic) this dataset is written with,
+    /// recorded by the first joiner that ran on it: `partitions` if none was. A dataset is tied
+    /// to that count (a task's checkpoint holds offsets of its partitions, and a request's
+    /// partition moves when the count changes), so a joiner started after the topic gained
+    /// partitions must know, even where nothing else differs (co-partitioned events grown
+    /// alike, or a repartition topic deleted).
+    pub fn partition_count(&self, topic: &str, partitions: i32) -> Result<i32, SinkError> {
+        let name = format!("_featurelog/topics/{}.json", safe(topic));
+        let record = serde_json::json!({ "topic": topic, "partitions": partitions });
+        if self
+            .storage
+            .create(&name, record.to_string().into_bytes())?
+        {
+            return Ok(partitions);
+        }
+        let text = self.storage.get(&name)?;
+        serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("partitions")?.as_i64())
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(&name),
+                problem: "not a partition count record (`{\"partitions\": N}`)".into(),
+            })
+    }
+
     /// The newest checkpoint of a task, read only (no roll forward, no clean-up).
     pub fn latest_checkpoint(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
         let epochs = self.checkpoint_epochs(task)?;
@@ -2089,6 +2115,19 @@ mod tests {
             observer.mark_complete(&tasks, 0).unwrap(),
             ["dt=1970-01-01/hr=00", "dt=1970-01-01/hr=01"]
         );
+    }
+
+    #[test]
+    fn the_first_partition_count_recorded_is_the_datasets() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(ds.partition_count("features", 4).unwrap(), 4);
+        assert_eq!(ds.partition_count("features", 4).unwrap(), 4);
+        // The topic gained partitions: the dataset still says 4, in another process too.
+        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(again.partition_count("features", 8).unwrap(), 4);
+        // Another topic's dataset in the same root is its own.
+        assert_eq!(again.partition_count("other", 2).unwrap(), 2);
     }
 
     #[test]
