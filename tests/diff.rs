@@ -1371,3 +1371,344 @@ fn a_failed_stdout_write_exits_2() {
     assert!(err.contains("writing the report to stdout"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Nested feature columns: a struct, a map and a list of lists are compared (as text, as
+/// Arrow prints them); a list of structs is skipped with a note naming its type, and every
+/// other feature is still diffed.
+#[test]
+fn nested_columns_are_compared_or_skipped_never_fatal() {
+    use arrow_array::builder::{Float32Builder, Int64Builder, MapBuilder, StructBuilder};
+    let dir = tempfile::tempdir().unwrap();
+    let ids = || Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef;
+    // The struct's fields (a: Int64, b: Utf8), taken from a batch of those columns.
+    let fields = batch(vec![
+        ("a", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ("b", Arc::new(StringArray::from(vec!["x"]))),
+    ])
+    .schema()
+    .fields()
+    .clone();
+    let structs = |a: [i64; 3]| {
+        let mut b = StructBuilder::from_fields(fields.clone(), 3);
+        for v in a {
+            b.field_builder::<Int64Builder>(0).unwrap().append_value(v);
+            b.field_builder::<StringBuilder>(1)
+                .unwrap()
+                .append_value("x");
+            b.append(true);
+        }
+        Arc::new(b.finish()) as ArrayRef
+    };
+    let list_of_structs = |a: [i64; 3]| {
+        let mut b = ListBuilder::new(StructBuilder::from_fields(fields.clone(), 3));
+        for v in a {
+            let s = b.values();
+            s.field_builder::<Int64Builder>(0).unwrap().append_value(v);
+            s.field_builder::<StringBuilder>(1)
+                .unwrap()
+                .append_value("x");
+            s.append(true);
+            b.append(true);
+        }
+        Arc::new(b.finish()) as ArrayRef
+    };
+    let maps = |a: [i64; 3]| {
+        let mut b = MapBuilder::new(None, StringBuilder::new(), Int64Builder::new());
+        for v in a {
+            b.keys().append_value("k");
+            b.values().append_value(v);
+            b.append(true).unwrap();
+        }
+        Arc::new(b.finish()) as ArrayRef
+    };
+    let vectors = |a: [f32; 3]| {
+        let mut b = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+        for v in a {
+            b.values().values().append_value(v);
+            b.values().values().append_value(1.0);
+            b.values().append(true);
+            b.append(true);
+        }
+        Arc::new(b.finish()) as ArrayRef
+    };
+    let (served, offline) = parquet_sides(
+        dir.path(),
+        &batch(vec![
+            ("id", ids()),
+            ("items", list_of_structs([1, 2, 3])),
+            ("x", Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0]))),
+            ("s", structs([1, 2, 3])),
+            ("m", maps([1, 2, 3])),
+            ("vv", vectors([1.0, 2.0, 3.0])),
+        ]),
+        &batch(vec![
+            ("id", ids()),
+            ("items", list_of_structs([1, 2, 4])),
+            ("x", Arc::new(Float64Array::from(vec![1.0, 2.0, 5.0]))),
+            ("s", structs([1, 2, 4])),
+            ("m", maps([1, 2, 4])),
+            ("vv", vectors([1.0, 2.0, 4.0])),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 1, "{err}");
+    let skipped = r["schema"]["not_compared"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0]["column"], "items");
+    assert_eq!(skipped[0]["offline_column"], "items");
+    for side in ["served_type", "offline_type"] {
+        let t = skipped[0][side].as_str().unwrap();
+        assert!(t.starts_with("List(") && t.contains("Struct("), "{t}");
+    }
+    let reason = skipped[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("lists of structs are not compared"),
+        "{reason}"
+    );
+    let compared: Vec<&str> = r["schema"]["compared"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(compared, ["x", "s", "m", "vv"]);
+    assert!(
+        r["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["name"] != "items")
+    );
+    // Every other feature is diffed: each differs at id 3.
+    for (name, compared_as, served, offline) in [
+        ("x", "number", "3", "5"),
+        ("s", "text", r#""{a: 3, b: x}""#, r#""{a: 4, b: x}""#),
+        ("m", "text", r#""{k: 3}""#, r#""{k: 4}""#),
+        ("vv", "text_list", r#"["[3.0, 1.0]"]"#, r#"["[4.0, 1.0]"]"#),
+    ] {
+        let f = feature(&r, name);
+        assert_eq!(f["compared_as"], compared_as, "{name}");
+        assert_eq!(f["compared"], 3, "{name}");
+        assert_eq!(f["mismatches"], 1, "{name}: {f}");
+        assert_eq!(f["top_pairs"][0]["served"], served, "{name}");
+        assert_eq!(f["top_pairs"][0]["offline"], offline, "{name}");
+        assert_eq!(f["top_pairs"][0]["example_keys"][0], "3", "{name}");
+    }
+    // The terminal says which column is left out, its type and why.
+    let (served, offline) = (served.display().to_string(), offline.display().to_string());
+    let out = featurelog(&[
+        "diff",
+        "--served",
+        &served,
+        "--offline",
+        &offline,
+        "--key",
+        "id",
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("not compared: items is List(")
+                && l.contains("lists of structs are not compared")),
+        "{text}"
+    );
+    // A list of structs on one side only, against text: compared as text.
+    let (code, r, err) = diff_json(
+        &dir.path().join("served.parquet"),
+        &dir.path().join("offline.parquet"),
+        "id",
+        &["--rename", "items=s"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(feature(&r, "items")["compared_as"], "text");
+}
+
+/// Example keys are distinct keys, the same every run whatever the threads: each served row
+/// is in two files (served duplicates), each offline row twice (offline duplicates), and two
+/// composite keys whose parts hold the `|` that joins parts print apart.
+#[test]
+fn example_keys_are_distinct_and_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served");
+    // (a, b): 40 keys on both sides, 10 served only, and two that print alike unquoted.
+    let both: Vec<(String, String)> = (0..40)
+        .map(|k| (format!("k{k}"), "1".to_owned()))
+        .chain([("x|y".into(), "z".into()), ("x".into(), "y|z".into())])
+        .collect();
+    let served_only: Vec<(String, String)> =
+        (0..10).map(|k| (format!("s{k}"), "1".to_owned())).collect();
+    let side = |keys: &[(String, String)], x: &str, y: &dyn Fn(&str) -> &'static str| {
+        batch(vec![
+            (
+                "a",
+                Arc::new(StringArray::from_iter_values(keys.iter().map(|k| &k.0))) as ArrayRef,
+            ),
+            (
+                "b",
+                Arc::new(StringArray::from_iter_values(keys.iter().map(|k| &k.1))),
+            ),
+            (
+                "x",
+                Arc::new(StringArray::from_iter_values(keys.iter().map(|_| x))),
+            ),
+            (
+                "y",
+                Arc::new(StringArray::from_iter_values(keys.iter().map(|k| y(&k.0)))),
+            ),
+        ])
+    };
+    let all: Vec<(String, String)> = both.iter().chain(&served_only).cloned().collect();
+    for part in 0..2 {
+        write_parquet(
+            &served.join(format!("part-{part}.parquet")),
+            &side(&all, "a", &|_| "same"),
+        );
+    }
+    let offline = dir.path().join("offline.parquet");
+    let twice: Vec<(String, String)> = both.iter().chain(&both).cloned().collect();
+    write_parquet(
+        &offline,
+        &side(&twice, "b", &|a| {
+            if a.starts_with('x') { "other" } else { "same" }
+        }),
+    );
+    let mut runs = BTreeSet::new();
+    for threads in ["1", "2", "4"] {
+        for _ in 0..3 {
+            let (code, r, err) = diff_json(&served, &offline, "a,b", &["--threads", threads]);
+            assert_eq!(code, 1, "{err}");
+            let c = &r["coverage"];
+            assert_eq!(c["served_duplicate_keys"], all.len(), "{c}");
+            assert_eq!(c["offline_duplicate_keys"], both.len(), "{c}");
+            let examples = |v: &Value| -> Vec<String> {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| k.as_str().unwrap().to_owned())
+                    .collect()
+            };
+            let pair = examples(&feature(&r, "x")["top_pairs"][0]["example_keys"]);
+            let only = examples(&c["served_only_examples"]);
+            for (list, len) in [(&pair, 3), (&only, 5)] {
+                let distinct: BTreeSet<&String> = list.iter().collect();
+                assert_eq!(distinct.len(), len, "threads {threads}: {list:?}");
+            }
+            assert!(only.iter().all(|k| k.starts_with('s')), "{only:?}");
+            assert_eq!(
+                examples(&feature(&r, "y")["top_pairs"][0]["example_keys"]),
+                [r#""x|y"|z"#, r#"x|"y|z""#],
+                "threads {threads}"
+            );
+            runs.insert((pair, only));
+        }
+    }
+    assert_eq!(runs.len(), 1, "examples differ between runs: {runs:?}");
+}
+
+/// Nulls are a bin of their own in the distributions: a number and a text feature null in 30%
+/// of served rows but never offline (and the reverse) show a shift whose top contributor is
+/// the null bin, while the same null rate on both sides shows none.
+#[test]
+fn null_rates_shift_the_distributions() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 1000;
+    let ids = || Arc::new(Int64Array::from_iter_values(0..n)) as ArrayRef;
+    // Whole hundreds null, so that the values left have the same shares on both sides.
+    let nulls = |i: i64| (i / 100) % 10 < 3;
+    let num = |null: &dyn Fn(i64) -> bool| {
+        Arc::new(Float64Array::from_iter(
+            (0..n).map(|i| (!null(i)).then_some((i % 100) as f64)),
+        )) as ArrayRef
+    };
+    let text = |null: &dyn Fn(i64) -> bool| {
+        Arc::new(StringArray::from_iter(
+            (0..n).map(|i| (!null(i)).then(|| format!("c{}", i % 5))),
+        )) as ArrayRef
+    };
+    let never = |_: i64| false;
+    let (served, offline) = parquet_sides(
+        dir.path(),
+        &batch(vec![
+            ("id", ids()),
+            ("x", num(&nulls)),
+            ("c", text(&nulls)),
+            ("x_offline_nulls", num(&never)),
+            ("c_offline_nulls", text(&never)),
+            ("x_same", num(&nulls)),
+            ("c_same", text(&nulls)),
+        ]),
+        &batch(vec![
+            ("id", ids()),
+            ("x", num(&never)),
+            ("c", text(&never)),
+            ("x_offline_nulls", num(&nulls)),
+            ("c_offline_nulls", text(&nulls)),
+            ("x_same", num(&nulls)),
+            ("c_same", text(&nulls)),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 1, "{err}");
+    for (name, kind, served_rate, offline_rate) in [
+        ("x", "numeric", 0.3, 0.0),
+        ("c", "categorical", 0.3, 0.0),
+        ("x_offline_nulls", "numeric", 0.0, 0.3),
+        ("c_offline_nulls", "categorical", 0.0, 0.3),
+    ] {
+        let f = feature(&r, name);
+        let d = &f["distribution"];
+        assert_eq!(d["kind"], kind, "{name}");
+        assert!(d["psi"].as_f64().unwrap() > 0.25, "{name}: {d}");
+        assert!(d["js"].as_f64().unwrap() > 0.1, "{name}: {d}");
+        assert_eq!(f["served_null_rate"], served_rate, "{name}");
+        assert_eq!(f["offline_null_rate"], offline_rate, "{name}");
+        assert_eq!(d["top_contributors"][0], "null", "{name}: {d}");
+        let bin = d["bins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["label"] == "null")
+            .unwrap_or_else(|| panic!("{name}: no null bin in {d}"));
+        assert_eq!(bin["served"], (served_rate * n as f64) as u64, "{name}");
+        assert_eq!(bin["offline"], (offline_rate * n as f64) as u64, "{name}");
+        assert_eq!(d["served_nulls"], bin["served"]);
+        assert!(
+            f["violations"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from("max-psi")),
+            "{name}: {f}"
+        );
+        if kind == "numeric" {
+            // KS compares the values' cumulative shares: the values are the same.
+            assert!(d["ks"].as_f64().unwrap() < 1e-9, "{name}: {d}");
+        }
+    }
+    for name in ["x_same", "c_same"] {
+        let f = feature(&r, name);
+        let d = &f["distribution"];
+        assert!(d["psi"].as_f64().unwrap() < 1e-9, "{name}: {d}");
+        assert!(d["js"].as_f64().unwrap() < 1e-6, "{name}: {d}");
+        assert_eq!(f["served_null_rate"], 0.3, "{name}");
+        assert!(f["violations"].as_array().unwrap().is_empty(), "{name}");
+    }
+    // The terminal names the null bin and both null rates.
+    let (served, offline) = (served.display().to_string(), offline.display().to_string());
+    let out = featurelog(&[
+        "diff",
+        "--served",
+        &served,
+        "--offline",
+        &offline,
+        "--key",
+        "id",
+    ]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("x: distribution shift") && text.contains("most from null"),
+        "{text}"
+    );
+    assert!(text.contains("null% s/o"), "{text}");
+    assert!(text.contains("30.00%/0%"), "{text}");
+}

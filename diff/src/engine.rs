@@ -50,7 +50,8 @@ struct Worker {
     null_keys: u64,
     matched_duplicates: u64,
     unmatched: Vec<u64>,
-    examples: Vec<String>,
+    /// Served-only keys, by [`stats::offer_example`].
+    examples: Vec<(u64, String)>,
     features: Vec<FeatureAcc>,
 }
 
@@ -149,7 +150,9 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
         served_null += w.null_keys;
         matched_dups += w.matched_duplicates;
         unmatched.extend(w.unmatched);
-        examples.extend(w.examples);
+        for (h, k) in w.examples {
+            stats::offer_example(&mut examples, KEY_EXAMPLES, h, || k);
+        }
         for (a, b) in accs.iter_mut().zip(w.features) {
             a.merge(b);
         }
@@ -158,8 +161,8 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
     let unmatched_rows = unmatched.len() as u64;
     unmatched.dedup();
     let served_only = unmatched.len() as u64;
+    let mut examples: Vec<String> = examples.into_iter().map(|(_, k)| k).collect();
     examples.sort();
-    examples.truncate(KEY_EXAMPLES);
 
     let mut both = 0u64;
     let mut offline_only = 0u64;
@@ -202,9 +205,11 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
         .zip(accs)
         .zip(&specs)
         .zip(&offline_dists)
+        .zip(&offline.features)
         .zip(&limits)
-        .map(|((((f, acc), spec), odist), l)| {
-            feature_report(f, acc, spec, odist, *l, opts.top_pairs)
+        .map(|(((((f, acc), spec), odist), ocol), l)| {
+            let offline_nulls = (ocol.null_count() as u64, offline.rows as u64);
+            feature_report(f, acc, spec, odist, offline_nulls, *l, opts.top_pairs)
         })
         .collect();
     let side = |input: &Input, rows: u64| Side {
@@ -423,12 +428,8 @@ fn load_offline(input: &Input, plan: &Plan, threads: usize) -> Result<Offline, D
 }
 
 /// The offline side's counts over each feature's bins.
-fn offline_distributions(
-    offline: &Offline,
-    specs: &[DistSpec],
-    threads: usize,
-) -> Vec<(Vec<u64>, u64)> {
-    let mut out: Vec<(Vec<u64>, u64)> = specs.iter().map(|s| (vec![0; s.bins()], 0)).collect();
+fn offline_distributions(offline: &Offline, specs: &[DistSpec], threads: usize) -> Vec<Vec<u64>> {
+    let mut out: Vec<Vec<u64>> = specs.iter().map(|s| vec![0; s.bins()]).collect();
     let per = specs.len().div_ceil(threads).max(1);
     std::thread::scope(|scope| {
         for ((outs, sp), cols) in out
@@ -437,10 +438,8 @@ fn offline_distributions(
             .zip(offline.features.chunks(per))
         {
             scope.spawn(move || {
-                for (((counts, nulls), spec), col) in
-                    outs.iter_mut().map(|(c, n)| (c, n)).zip(sp).zip(cols)
-                {
-                    spec.count(col, counts, nulls);
+                for ((counts, spec), col) in outs.iter_mut().zip(sp).zip(cols) {
+                    spec.count(col, counts);
                 }
             });
         }
@@ -461,7 +460,8 @@ fn probe_unit(
     w: &mut Worker,
 ) -> Result<(), DiffError> {
     let nk = plan.served_keys.len();
-    let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(crate::input::BATCH_ROWS);
+    // Matched rows of a batch: (served row, offline row, key hash).
+    let mut pairs: Vec<(u32, u32, u64)> = Vec::with_capacity(crate::input::BATCH_ROWS);
     served.read(unit, columns, |batch| {
         let n = batch.num_rows();
         w.rows += n as u64;
@@ -482,14 +482,12 @@ fn probe_unit(
                     if matched[j as usize].swap(true, Ordering::Relaxed) {
                         w.matched_duplicates += 1;
                     } else {
-                        pairs.push((i as u32, j));
+                        pairs.push((i as u32, j, h));
                     }
                 }
                 None => {
                     w.unmatched.push(h);
-                    if w.examples.len() < KEY_EXAMPLES {
-                        w.examples.push(keys.render(i));
-                    }
+                    stats::offer_example(&mut w.examples, KEY_EXAMPLES, h, || keys.render(i));
                 }
             }
         }
@@ -502,12 +500,13 @@ fn probe_unit(
                 source,
             })?;
             let acc = &mut w.features[k];
-            acc.dist_rows += n as u64;
-            specs[k].count(&s, &mut acc.dist, &mut acc.dist_nulls);
+            acc.rows += n as u64;
+            acc.nulls += s.null_count() as u64;
+            specs[k].count(&s, &mut acc.dist);
             let o = &offline.features[k];
             let (abs, rel) = (limits[k].abs_tolerance, limits[k].rel_tolerance);
-            for &(i, j) in &pairs {
-                acc.compare(&s, i as usize, o, j as usize, abs, rel, || {
+            for &(i, j, h) in &pairs {
+                acc.compare(&s, i as usize, o, j as usize, abs, rel, h, || {
                     keys.render(i as usize)
                 });
             }
@@ -516,11 +515,13 @@ fn probe_unit(
     })
 }
 
+/// `offline_nulls`: the offline side's (null rows, rows) of the feature.
 fn feature_report(
     f: &crate::plan::Feature,
     acc: FeatureAcc,
     spec: &DistSpec,
-    odist: &(Vec<u64>, u64),
+    odist: &[u64],
+    offline_nulls: (u64, u64),
     limits: EffectiveLimits,
     top: usize,
 ) -> FeatureReport {
@@ -557,13 +558,13 @@ fn feature_report(
         .pairs
         .top(top)
         .into_iter()
-        .map(|(s, o, e)| PairReport {
+        .map(|(s, o, count, class, examples)| PairReport {
             served: s.render(),
             offline: o.render(),
-            count: e.count,
-            share: share(e.count),
-            class: values::class_name(e.class),
-            example_keys: e.examples,
+            count,
+            share: share(count),
+            class: values::class_name(class),
+            example_keys: examples,
         })
         .collect();
     let mut class_list: Vec<(u16, u64)> = acc.classes.iter().map(|(k, v)| (*k, *v)).collect();
@@ -611,7 +612,7 @@ fn feature_report(
         DistSpec::None(why) => (None, Some(why.clone())),
         _ => {
             let ordered = matches!(spec, DistSpec::Bins(_));
-            let d = stats::distances(&acc.dist, &odist.0, ordered);
+            let d = stats::distances(&acc.dist, odist, ordered);
             let labels = spec.labels();
             let mut bins: Vec<Bin> = labels
                 .into_iter()
@@ -619,13 +620,16 @@ fn feature_report(
                 .map(|(i, label)| Bin {
                     label,
                     served: acc.dist.get(i).copied().unwrap_or(0),
-                    offline: odist.0.get(i).copied().unwrap_or(0),
+                    offline: odist.get(i).copied().unwrap_or(0),
                     psi: d.contributions.get(i).copied().unwrap_or(0.0),
                 })
                 .collect();
             let mut by_psi: Vec<&Bin> = bins.iter().filter(|b| b.psi > 1e-9).collect();
             by_psi.sort_by(|a, b| b.psi.total_cmp(&a.psi));
             let top_contributors = by_psi.iter().take(5).map(|b| b.label.clone()).collect();
+            let null = bins.pop();
+            let (served_nulls, offline_nulls) =
+                null.as_ref().map_or((0, 0), |b| (b.served, b.offline));
             if ordered {
                 // The NaN bin only when used.
                 if bins.last().is_some_and(|b| b.served == 0 && b.offline == 0) {
@@ -639,14 +643,16 @@ fn feature_report(
                     bins.push(o);
                 }
             }
+            // The null bin, last, only when used.
+            bins.extend(null.filter(|b| b.served > 0 || b.offline > 0));
             (
                 Some(Distribution {
                     kind: if ordered { "numeric" } else { "categorical" }.into(),
                     psi: d.psi,
                     js: d.js,
                     ks: d.ks,
-                    served_nulls: acc.dist_nulls,
-                    offline_nulls: odist.1,
+                    served_nulls,
+                    offline_nulls,
                     bins,
                     top_contributors,
                 }),
@@ -674,6 +680,16 @@ fn feature_report(
         within_tolerance: acc.within_tolerance,
         null_served_only: acc.served_null,
         null_offline_only: acc.offline_null,
+        served_null_rate: if acc.rows == 0 {
+            0.0
+        } else {
+            acc.nulls as f64 / acc.rows as f64
+        },
+        offline_null_rate: if offline_nulls.1 == 0 {
+            0.0
+        } else {
+            offline_nulls.0 as f64 / offline_nulls.1 as f64
+        },
         difference_histogram,
         top_pairs,
         pairs_complete: !acc.pairs.truncated,

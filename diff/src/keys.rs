@@ -156,7 +156,10 @@ impl Keys {
         })
     }
 
-    /// The key as text for examples: parts joined by `|`.
+    /// The key as text for examples: parts joined by `|`. A text part that would read
+    /// ambiguously is quoted (escaped as in Rust): one that is empty, is `null`, holds a `|` or
+    /// starts with `"`, or is not UTF-8. So distinct keys print distinctly: `("a|b", "c")` is
+    /// `"a|b"|c`, not the `a|b|c` of `("a", "b|c")`, which is `a|"b|c"`.
     pub(crate) fn render(&self, row: usize) -> String {
         let mut out = String::new();
         for c in 0..self.cols.len() {
@@ -167,7 +170,18 @@ impl Keys {
                 None => out.push_str("null"),
                 Some(Part::Int(v)) => out.push_str(&v.to_string()),
                 Some(Part::BigUInt(v)) => out.push_str(&v.to_string()),
-                Some(Part::Bytes(b)) => out.push_str(&String::from_utf8_lossy(b)),
+                Some(Part::Bytes(b)) => match std::str::from_utf8(b) {
+                    Ok(t)
+                        if !t.is_empty()
+                            && t != "null"
+                            && !t.contains('|')
+                            && !t.starts_with('"') =>
+                    {
+                        out.push_str(t);
+                    }
+                    Ok(t) => out.push_str(&format!("{t:?}")),
+                    Err(_) => out.push_str(&format!("\"{}\"", b.escape_ascii())),
+                },
             }
         }
         out
@@ -299,6 +313,35 @@ mod tests {
         assert!(u.eq(2, &s, 2));
         assert_eq!(u.hash(2), s.hash(2));
         assert_eq!(u.render(0), big.to_string());
+    }
+
+    /// Distinct keys print distinctly, however their parts split: examples never show one key
+    /// twice for two keys.
+    #[test]
+    fn rendered_keys_are_unambiguous() {
+        let a: ArrayRef = Arc::new(StringArray::from(vec!["a|b", "a", "", "null", "\"q", "x"]));
+        let b: ArrayRef = Arc::new(StringArray::from(vec!["c", "b|c", "", "z", "z", "y"]));
+        let names = vec!["x".to_owned(), "y".to_owned()];
+        let k = Keys::new(&[a, b], &names, "served").unwrap();
+        let rendered: Vec<String> = (0..6).map(|r| k.render(r)).collect();
+        assert_eq!(
+            rendered,
+            [
+                r#""a|b"|c"#,
+                r#"a|"b|c""#,
+                r#"""|"""#,
+                r#""null"|z"#,
+                r#""\"q"|z"#,
+                "x|y"
+            ]
+        );
+        let bytes: ArrayRef = Arc::new(arrow_array::BinaryArray::from(vec![
+            b"\xff".as_ref(),
+            "\u{fffd}".as_bytes(),
+        ]));
+        let k = Keys::new(&[bytes], &names[..1], "served").unwrap();
+        assert_eq!(k.render(0), r#""\xff""#);
+        assert_ne!(k.render(0), k.render(1));
     }
 
     #[test]

@@ -8,8 +8,8 @@ use arrow_schema::Schema;
 
 use crate::input::Input;
 use crate::keys::key_type_ok;
-use crate::report::{NearName, Rename, SchemaReport, TypeDifference};
-use crate::values::{Domain, domain_of, logical_type};
+use crate::report::{NearName, NotCompared, Rename, SchemaReport, TypeDifference};
+use crate::values::{Domain, domain_of, logical_type, not_comparable};
 use crate::{DiffError, DiffOptions};
 
 /// Columns the joiner writes next to the features (docs/JOINER.md): labels and serving
@@ -150,6 +150,19 @@ pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Resul
                     field.data_type().to_string(),
                     ofield.data_type().to_string(),
                 );
+                // A type the diff cannot compare is one feature left out with a note, not a
+                // diff of every other feature lost.
+                if let Some(reason) = not_comparable(field.data_type(), ofield.data_type(), domain)
+                {
+                    schema.not_compared.push(NotCompared {
+                        column: name.clone(),
+                        offline_column: oname,
+                        served_type: st,
+                        offline_type: ot,
+                        reason,
+                    });
+                    continue;
+                }
                 if logical_type(field.data_type()) != logical_type(ofield.data_type()) {
                     schema.type_differences.push(TypeDifference {
                         column: name.clone(),

@@ -88,6 +88,7 @@ fn feature_rows(r: &Report) -> Vec<Vec<String>> {
                 pct(f.match_rate),
                 pct(f.mismatch_rate),
                 format!("{}/{}", f.null_served_only, f.null_offline_only),
+                format!("{}/{}", pct(f.served_null_rate), pct(f.offline_null_rate)),
                 d.map_or("-".into(), |d| num(d.psi)),
                 d.map_or("-".into(), |d| num(d.js)),
                 d.and_then(|d| d.ks).map_or("-".into(), num),
@@ -97,8 +98,19 @@ fn feature_rows(r: &Report) -> Vec<Vec<String>> {
         .collect()
 }
 
-const FEATURE_HEADER: [&str; 9] = [
-    "feature", "compared", "match", "mismatch", "null s/o", "psi", "js", "ks", "status",
+/// `null s/o`: compared rows null on one side only (counts); `null% s/o`: null rows of each
+/// side, keys ignored (rates).
+const FEATURE_HEADER: [&str; 10] = [
+    "feature",
+    "compared",
+    "match",
+    "mismatch",
+    "null s/o",
+    "null% s/o",
+    "psi",
+    "js",
+    "ks",
+    "status",
 ];
 
 fn violation_lines(r: &Report) -> Vec<String> {
@@ -155,8 +167,14 @@ fn schema_lines(r: &Report) -> Vec<String> {
             n.served, n.offline
         ));
     }
+    for n in &s.not_compared {
+        out.push(format!(
+            "not compared: {} is {} served, {} offline: {} (--ignore {} to leave it out)",
+            n.column, n.served_type, n.offline_type, n.reason, n.column
+        ));
+    }
     if !s.ignored.is_empty() {
-        out.push(format!("not compared: {}", s.ignored.join(", ")));
+        out.push(format!("ignored: {}", s.ignored.join(", ")));
     }
     out
 }
@@ -280,9 +298,18 @@ impl Report {
             .collect();
         for f in dist {
             if let Some(d) = &f.distribution {
+                let nulls = if f.served_null_rate > 0.0 || f.offline_null_rate > 0.0 {
+                    format!(
+                        "; null {} served, {} offline",
+                        pct(f.served_null_rate),
+                        pct(f.offline_null_rate)
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     o,
-                    "\n{}: distribution shift psi {} js {}; most from {}",
+                    "\n{}: distribution shift psi {} js {}; most from {}{nulls}",
                     f.name,
                     num(d.psi),
                     num(d.js),
@@ -595,9 +622,16 @@ fn feature_html(o: &mut String, f: &FeatureReport) {
     o.push_str("</details>");
 }
 
-/// Side-by-side bars per bin, as shares of each side, in inline SVG.
+/// Side-by-side bars per bin, as shares of each side, in inline SVG: at most 24, the null bin
+/// (last) always among them, as a shift in nulls is a shift like any other.
 fn histogram_svg(o: &mut String, d: &crate::report::Distribution) {
-    let bins: Vec<&crate::report::Bin> = d.bins.iter().take(24).collect();
+    const BARS: usize = 24;
+    let mut bins: Vec<&crate::report::Bin> = d.bins.iter().take(BARS).collect();
+    if d.bins.len() > BARS {
+        if let Some(null) = d.bins.last().filter(|b| b.label == crate::stats::NULL_BIN) {
+            bins[BARS - 1] = null;
+        }
+    }
     if bins.is_empty() {
         return;
     }

@@ -124,6 +124,22 @@ pub struct TypeDifference {
     pub compared_as: Domain,
 }
 
+/// A column both sides have whose type the diff cannot compare (e.g. a list of structs): not a
+/// feature of the report, and not a reason to fail the diff.
+#[derive(Debug, Clone, Serialize)]
+pub struct NotCompared {
+    /// Served name.
+    pub column: String,
+    /// Offline name.
+    pub offline_column: String,
+    /// Arrow type served.
+    pub served_type: String,
+    /// Arrow type offline.
+    pub offline_type: String,
+    /// Why it is not compared.
+    pub reason: String,
+}
+
 /// A missing and an extra column whose names differ only by case or separator.
 #[derive(Debug, Clone, Serialize)]
 pub struct NearName {
@@ -153,6 +169,8 @@ pub struct SchemaReport {
     /// Columns not compared: `--ignore`, or context columns (joiner metadata, hive partitions)
     /// that only one side has.
     pub ignored: Vec<String>,
+    /// Columns on both sides whose types cannot be compared, with why (not in `features`).
+    pub not_compared: Vec<NotCompared>,
 }
 
 /// One bucket of the distribution of numeric differences.
@@ -224,11 +242,12 @@ pub struct Distribution {
     pub js: f64,
     /// Kolmogorov-Smirnov statistic at the bin edges (numeric only).
     pub ks: Option<f64>,
-    /// Null rows served.
+    /// Null rows served (the `null` bin).
     pub served_nulls: u64,
-    /// Null rows offline.
+    /// Null rows offline (the `null` bin).
     pub offline_nulls: u64,
-    /// The bins (categorical: the 50 most populated).
+    /// The bins (categorical: the 50 most populated), then `(not offline)` (categorical, when
+    /// served), `NaN` (numeric) and `null` when used: nulls are a bin, in PSI and JS.
     pub bins: Vec<Bin>,
     /// Labels of the bins that contribute most to the PSI, largest first.
     pub top_contributors: Vec<String>,
@@ -267,6 +286,10 @@ pub struct FeatureReport {
     pub null_served_only: u64,
     /// Present served, null offline (a mismatch).
     pub null_offline_only: u64,
+    /// Null rows / rows of the served side, keys ignored (every served row, compared or not).
+    pub served_null_rate: f64,
+    /// Null rows / rows of the offline side, keys ignored.
+    pub offline_null_rate: f64,
     /// Sizes of numeric differences (non-empty buckets).
     pub difference_histogram: Vec<DiffBucket>,
     /// The most frequent mismatching pairs.
