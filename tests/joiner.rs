@@ -5,7 +5,10 @@
 //! (`FEATURELOG_S3`, `scripts/s3.sh`): rows exactly once, read back by pyarrow's S3 client. And
 //! the whole path over a SASL_SSL listener (TLS + SCRAM), as managed clusters require. And
 //! `join.held-logs`: restores that read held logs back from the topic, a topic whose retention
-//! is too short refused, logs the topic deleted counted as lost.
+//! is too short refused, logs the topic deleted counted as lost. And failures: a Kafka broker
+//! stopped and restarted mid-traffic, an object store unreachable for a while (through a proxy
+//! the test cuts), and answers to conditional PUTs lost after the store applied them; the joiner
+//! restarted whenever it exits, as a supervisor would, and every row there exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::BTreeMap;
@@ -223,12 +226,28 @@ impl Joiner {
             Command::new(env!("CARGO_BIN_EXE_featurelog"))
                 .args(["join", "--config", config.to_str().unwrap()])
                 .envs(env.iter().map(|(k, v)| (k, v)))
-                .env("FEATURELOG_LOG", "warn")
+                // FEATURELOG_TEST_JOINER_LOG (e.g. `info,featurelog_joiner=debug`) shows more
+                // of what the joiners of a failing test did.
+                .env(
+                    "FEATURELOG_LOG",
+                    std::env::var("FEATURELOG_TEST_JOINER_LOG").unwrap_or_else(|_| "warn".into()),
+                )
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
                 .unwrap(),
         )
+    }
+
+    /// Its exit status, if it has exited.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().unwrap()
+    }
+
+    /// SIGKILL, leaving a handle on the dead process (to be replaced).
+    fn kill9_in_place(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
     }
 
     fn kill9(mut self) {
@@ -397,23 +416,48 @@ async fn setup_with(kafka: TestKafka, requests: u32, waves: u32, by_request: boo
         .unique_topic("join-events", if by_request { 4 } else { 3 })
         .await;
     let dead_letter = kafka.unique_topic("join-dlq", 1).await;
-    let (model_addr, stop) = model_server(&["ranker"]).await;
     let dir = temp_dir();
+    let mut s = Setup {
+        kafka,
+        features,
+        events,
+        dead_letter,
+        dir,
+        expected: BTreeMap::new(),
+    };
+    let waves: Vec<_> = (0..waves)
+        .map(|wave| wave * requests..(wave + 1) * requests)
+        .collect();
+    send_requests(&mut s, &waves, by_request).await;
+    s
+}
+
+/// `send_requests` of one wave of seeds, events keyed by item id.
+async fn send_wave(s: &mut Setup, seeds: std::ops::Range<u32>) {
+    send_requests(s, std::slice::from_ref(&seeds), false).await;
+}
+
+/// Sends the recommender requests of each range of seeds in `waves` through a sidecar to
+/// `s.features`, and app events for them to `s.events`, one batch of events per wave: items 0
+/// and 2 of each request impressed, item 2 also clicked; adds their rows to `s.expected`. A
+/// wave that starts at seed 0 also sends one event that is not JSON. Events are keyed by item
+/// id (CRC32), or, `by_request`, by request id with murmur2 (see `setup_with`).
+async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request: bool) {
+    let kafka = &s.kafka;
+    let (model_addr, stop) = model_server(&["ranker"]).await;
     let config = sidecar_config(
-        dir.path(),
+        s.dir.path(),
         model_addr,
         Some(&kafka.config),
-        &features,
+        &s.features,
         ALLOW,
     );
     let sidecar = sidecar(config).await;
     let mut via = client(sidecar.local_addr).await;
     let now_ms = 1_764_439_200_000i64;
-    let mut expected = BTreeMap::new();
-    for wave in 0..waves {
+    for seeds in waves {
         let mut app = Vec::new();
-        for i in 0..requests {
-            let seed = wave * requests + i;
+        for seed in seeds.clone() {
             let id = format!("req-{seed}");
             let request = ranker_request(&id, 4, 0, seed, seed % 2 == 0);
             via.model_infer(request).await.unwrap();
@@ -425,10 +469,10 @@ async fn setup_with(kafka: TestKafka, requests: u32, waves: u32, by_request: boo
             app.push(app_event(&id, &item(2), t + 20, "click"));
             app.push(app_event(&id, &item(0), t + 10, "impression"));
             app.push(app_event(&id, &item(2), t + 10, "impression"));
-            expected.insert((id.clone(), item(0)), 0);
-            expected.insert((id.clone(), item(2)), 1);
+            s.expected.insert((id.clone(), item(0)), 0);
+            s.expected.insert((id.clone(), item(2)), 1);
         }
-        if wave == 0 {
+        if seeds.start == 0 {
             app.push(AppEvent {
                 key: "x".into(),
                 body: "{not json".into(),
@@ -440,22 +484,14 @@ async fn setup_with(kafka: TestKafka, requests: u32, waves: u32, by_request: boo
                     e.key = request.to_owned();
                 }
             }
-            produce_events_with(&kafka.config, &events, &app, "murmur2_random").await;
+            produce_events_with(&kafka.config, &s.events, &app, "murmur2_random").await;
         } else {
-            produce_events(&kafka.config, &events, &app).await;
+            produce_events(&kafka.config, &s.events, &app).await;
         }
     }
     sidecar.stop();
     assert_eq!(sidecar.wait().await, 0);
     stop.cancel();
-    Setup {
-        kafka,
-        features,
-        events,
-        dead_letter,
-        dir,
-        expected,
-    }
 }
 
 fn check_exact(d: &Dataset, expected: &BTreeMap<(String, String), u32>, what: &str) {
@@ -1354,4 +1390,325 @@ async fn a_feature_log_topic_that_gains_partitions_stops_the_joiner_with_what_to
     );
     // What it had committed is still there, exactly once.
     check_exact(&read_dataset(&out), &s.expected, "after the refusal");
+}
+
+/// Waits for `expected` rows as `wait_until_rows` does, restarting the joiner whenever it exits,
+/// as its supervisor would (it must never exit 0 on its own: that would tell a supervisor it is
+/// done). Returns the rows and how each run ended.
+async fn supervise_until_rows<F: std::future::Future<Output = Dataset>>(
+    joiner: &mut Joiner,
+    start: impl Fn() -> Joiner,
+    expected: usize,
+    what: &str,
+    mut read: impl FnMut() -> F,
+) -> (Dataset, Vec<std::process::ExitStatus>) {
+    let mut exits = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = joiner.exited() {
+            assert!(!status.success(), "{what}: the joiner exited 0 on its own");
+            eprintln!("{what}: the joiner exited ({status}); restarting it");
+            exits.push(status);
+            *joiner = start();
+        }
+        let d = read().await;
+        if row_count(&d) >= expected {
+            return (d, exits);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {} of {expected} rows after 120 s (exits: {exits:?})",
+            row_count(&d)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Keeps the joiner running for `period` as its supervisor would, restarting it whenever it
+/// exits (never with success). Returns how each run that ended meanwhile ended.
+async fn supervise_for(
+    joiner: &mut Joiner,
+    start: impl Fn() -> Joiner,
+    period: Duration,
+    what: &str,
+) -> Vec<std::process::ExitStatus> {
+    let mut exits = Vec::new();
+    let until = tokio::time::Instant::now() + period;
+    while tokio::time::Instant::now() < until {
+        if let Some(status) = joiner.exited() {
+            assert!(!status.success(), "{what}: the joiner exited 0 on its own");
+            eprintln!("{what}: the joiner exited ({status}); restarting it");
+            exits.push(status);
+            *joiner = start();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    exits
+}
+
+/// The Kafka broker stops for a while in the middle of the traffic and comes back, on the same
+/// data, while the joiner runs (events routed through the repartition topic, in transactions),
+/// with impressions still arriving when it stops: the joiner rides through the outage without
+/// exiting, and every row, of the requests sent before, during and after it, is in the dataset
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_once() {
+    let name = "a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_once";
+    let Some(_shared) = kafka(name) else {
+        return;
+    };
+    // A broker of its own: the shared one must never stop.
+    let broker = DedicatedBroker::start();
+    let mut s = setup(
+        TestKafka {
+            config: broker.config.clone(),
+        },
+        6,
+        1,
+    )
+    .await;
+    let out = s.dir.path().join("dataset");
+    let config = s.joiner_config("restart", &s.kafka.unique_group("restart"), &out);
+    let metrics = serve_metrics_on_a_known_port(&config);
+    let start = || Joiner::start(&config);
+    let mut joiner = start();
+    wait_for_rows(&out, s.expected.len(), "before the broker stops").await;
+
+    // Impressions keep coming (the app's producer holds them while the broker is down), so
+    // the broker stops while the router has a transaction open and the join reads.
+    let trickle = trickle_impressions(&mut s, 6, Duration::from_millis(300));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    broker.stop();
+    let mut exits = supervise_for(&mut joiner, start, Duration::from_secs(12), "broker down").await;
+    broker.restart();
+    // The rest of the traffic, after the broker is back.
+    send_wave(&mut s, 6..12).await;
+    trickle.await.unwrap();
+    let (_, after) = supervise_until_rows(
+        &mut joiner,
+        start,
+        s.expected.len(),
+        "after the broker restart",
+        || {
+            let d = read_dataset(&out);
+            async move { d }
+        },
+    )
+    .await;
+    exits.extend(after);
+    // Let any stray duplicate surface before comparing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(&read_dataset(&out), &s.expected, "after the broker restart");
+    assert_eq!(exits, vec![], "the joiner rides through a broker restart");
+    let ready = http_get(metrics, "/readyz").unwrap_or_default();
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+
+    // The broker goes down again, and the joiner is killed and started again meanwhile (a
+    // deploy, a node lost): a joiner that starts without a broker waits for it, or exits
+    // non-zero for its supervisor to start it again; it never hangs.
+    broker.stop();
+    joiner.kill9_in_place();
+    joiner = start();
+    let mut exits = supervise_for(
+        &mut joiner,
+        start,
+        Duration::from_secs(8),
+        "started without a broker",
+    )
+    .await;
+    broker.restart();
+    send_wave(&mut s, 12..16).await;
+    let (_, after) = supervise_until_rows(
+        &mut joiner,
+        start,
+        s.expected.len(),
+        "started without a broker",
+        || {
+            let d = read_dataset(&out);
+            async move { d }
+        },
+    )
+    .await;
+    exits.extend(after);
+    eprintln!(
+        "started without a broker, the joiner exited {} times",
+        exits.len()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(&read_dataset(&out), &s.expected, "started without a broker");
+    assert!(joiner.terminate().success());
+}
+
+/// A proxy in front of the test's S3 server, and the server as seen through it.
+fn behind_a_proxy(s3: &TestS3) -> (featurelog_testkit::proxy::CutProxy, TestS3) {
+    let target: std::net::SocketAddr = s3
+        .endpoint
+        .split_once("://")
+        .map_or(s3.endpoint.as_str(), |(_, hostport)| hostport)
+        .parse()
+        .unwrap();
+    let proxy = featurelog_testkit::proxy::CutProxy::start(target);
+    let via_proxy = TestS3 {
+        endpoint: format!("http://{}", proxy.addr),
+        ..s3.clone()
+    };
+    (proxy, via_proxy)
+}
+
+/// The object store is unreachable for a while (connections refused and dropped mid-request,
+/// through a proxy in front of the shared test server) while new rows wait to be committed,
+/// then comes and goes: nothing can be committed meanwhile, the joiner never exits 0 (a
+/// supervisor restarts it whenever it exits non-zero), and afterwards every row is in the
+/// dataset exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_an_outage_of_the_store_loses_and_duplicates_no_row() {
+    let name = "on_s3_an_outage_of_the_store_loses_and_duplicates_no_row";
+    let (Some(kafka), Some(s3)) = (kafka(name), s3(name)) else {
+        return;
+    };
+    let mut s = setup(kafka, 6, 1).await;
+    let (proxy, via_proxy) = behind_a_proxy(&s3);
+    let prefix = s3.unique_prefix("outage");
+    let config = s3_joiner_config(&s, &via_proxy, "s3-outage", &prefix);
+    let metrics = serve_metrics_on_a_known_port(&config);
+    let env = via_proxy.aws_env();
+    let start = || Joiner::start_with_env(&config, &env);
+    let mut joiner = start();
+    wait_until_rows(s.expected.len(), "before the outage", || {
+        read_s3_dataset(&s3, &prefix)
+    })
+    .await;
+
+    proxy.cut();
+    // New traffic during the outage: its rows cannot be committed until the store is back.
+    send_wave(&mut s, 6..12).await;
+    let mut exits = supervise_for(&mut joiner, start, Duration::from_secs(15), "store down").await;
+    proxy.restore();
+    let (_, after) = supervise_until_rows(
+        &mut joiner,
+        start,
+        s.expected.len(),
+        "after the outage",
+        || read_s3_dataset(&s3, &prefix),
+    )
+    .await;
+    exits.extend(after);
+    // Then a store that comes and goes while rows keep coming, so that outages can land on any
+    // step of a commit (staging, the checkpoint's conditional PUT, the roll forward) or of a
+    // recovery at start-up.
+    let trickle = trickle_impressions(&mut s, 12, Duration::from_millis(150));
+    for (down_ms, up_ms) in [
+        (700u64, 400u64),
+        (300, 900),
+        (1500, 250),
+        (150, 600),
+        (900, 1200),
+    ] {
+        proxy.cut();
+        exits.extend(
+            supervise_for(
+                &mut joiner,
+                start,
+                Duration::from_millis(down_ms),
+                "store flapping",
+            )
+            .await,
+        );
+        proxy.restore();
+        exits.extend(
+            supervise_for(
+                &mut joiner,
+                start,
+                Duration::from_millis(up_ms),
+                "store flapping",
+            )
+            .await,
+        );
+    }
+    trickle.await.unwrap();
+    let (_, after) = supervise_until_rows(
+        &mut joiner,
+        start,
+        s.expected.len(),
+        "after the store came and went",
+        || read_s3_dataset(&s3, &prefix),
+    )
+    .await;
+    exits.extend(after);
+    // Either happens (docs/JOINER.md, "Failures of Kafka and of the object store"): a flush
+    // whose request outlasts object_store's retries stops the joiner, otherwise it rides
+    // through.
+    eprintln!("store outage: the joiner exited {} times", exits.len());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(
+        &read_s3_dataset(&s3, &prefix).await,
+        &s.expected,
+        "after the store came and went",
+    );
+    let ready = http_get(metrics, "/readyz").unwrap_or_default();
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(joiner.terminate().success());
+}
+
+/// On an object store, an answer lost after the store acted on a request (the connection
+/// drops on the way back, as in an outage) makes object_store send a conditional PUT again,
+/// which the store refuses: the object exists, because the first one was applied. A lost
+/// answer to a checkpoint's PUT is still this joiner's commit (not another owner's: the task
+/// goes on, its rows counted once), and a lost answer to the start-up probe of conditional
+/// PUTs does not stop the joiner with a claim that the store ignores them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_lost_answers_to_conditional_puts_are_taken_for_what_they_did() {
+    let name = "on_s3_lost_answers_to_conditional_puts_are_taken_for_what_they_did";
+    let (Some(kafka), Some(s3)) = (kafka(name), s3(name)) else {
+        return;
+    };
+    let mut s = setup(kafka, 4, 1).await;
+    let (proxy, via_proxy) = behind_a_proxy(&s3);
+    let prefix = s3.unique_prefix("lost");
+    let config = s3_joiner_config(&s, &via_proxy, "s3-lost", &prefix);
+    let metrics = serve_metrics_on_a_known_port(&config);
+    let env = via_proxy.aws_env();
+    let start = || Joiner::start_with_env(&config, &env);
+
+    // The answer to the start-up probe's first conditional PUT is lost.
+    proxy.lose_next_answer("PUT", "/_featurelog/probe/");
+    let mut joiner = start();
+    let (_, mut exits) = supervise_until_rows(
+        &mut joiner,
+        start,
+        s.expected.len(),
+        "probe answer lost",
+        || read_s3_dataset(&s3, &prefix),
+    )
+    .await;
+    assert!(!proxy.losing(), "the probe went through the proxy");
+
+    // The answer to the next checkpoint's PUT is lost, with new rows to commit.
+    proxy.lose_next_answer("PUT", "/_featurelog/checkpoints/");
+    send_wave(&mut s, 4..8).await;
+    let (_, after) = supervise_until_rows(
+        &mut joiner,
+        start,
+        s.expected.len(),
+        "commit answer lost",
+        || read_s3_dataset(&s3, &prefix),
+    )
+    .await;
+    exits.extend(after);
+    assert!(!proxy.losing(), "a checkpoint went through the proxy");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check_exact(
+        &read_s3_dataset(&s3, &prefix).await,
+        &s.expected,
+        "after lost answers",
+    );
+    assert_eq!(exits, vec![], "the joiner goes on");
+    // Each row counted once by the one process that ran: the commit whose answer was lost
+    // counts as its own.
+    expect_metric(
+        metrics,
+        &format!("featurelog_join_rows_written_total {}", s.expected.len()),
+    )
+    .await;
+    assert!(joiner.terminate().success());
 }

@@ -1380,6 +1380,13 @@ fn flush(
     };
     match dataset.commit(&checkpoint) {
         Ok(()) => {}
+        // The store applied this very commit and lost its answer (an outage): object_store's
+        // retry was refused because the checkpoint now exists. Without this, the task was
+        // dropped and restored from its own checkpoint, warning of another owner that did
+        // not exist.
+        Err(SinkError::Fenced { .. }) if dataset.is_own_commit(&checkpoint) => {
+            tracing::info!(task = %task.name, epoch, "commit confirmed after its answer was lost");
+        }
         Err(SinkError::Fenced { .. }) => {
             tracing::warn!(task = %task.name, epoch, "another owner committed this task; dropping it");
             return Ok(false);

@@ -539,6 +539,23 @@ impl Storage for Local {
     }
 }
 
+/// Creates `probe` (a name only this writer uses) twice; true when the second create is
+/// refused, as the commit's fence needs.
+///
+/// The first create's answer may be lost after the store applied it (a connection dropped
+/// during an outage): object_store then sends the conditional PUT again, and the store refuses
+/// it because the object exists. So a refused first create is this writer's own when the
+/// object holds its content; taken for a failure, it made the joiner stop at start-up saying
+/// that the store ignores conditional PUTs. A store that refuses every create still fails.
+fn refuses_overwrite(storage: &dyn Storage, probe: &str, content: &str) -> Result<bool, SinkError> {
+    let created = storage.create(probe, content.as_bytes().to_vec())?
+        || storage
+            .get(probe)
+            .is_ok_and(|bytes| bytes == content.as_bytes());
+    let overwritten = storage.create(probe, content.as_bytes().to_vec())?;
+    Ok(created && !overwritten)
+}
+
 /// Shuts its runtime down without blocking, so a dataset can be dropped inside async code.
 #[derive(Debug)]
 struct Runtime(Option<tokio::runtime::Runtime>);
@@ -629,13 +646,12 @@ impl Storage for Remote {
     /// depends on them (and some S3-compatible servers silently overwrite instead).
     fn check(&self) -> Result<(), SinkError> {
         let probe = format!("_featurelog/probe/{}", self.writer);
-        let first = self.create(&probe, b"probe".to_vec())?;
-        let second = self.create(&probe, b"probe".to_vec())?;
+        let refused = refuses_overwrite(self, &probe, &self.writer)?;
         let key = self.key(&probe);
         let store = self.store.clone();
         let target = key.clone();
         self.block("delete", &key, async move { store.delete(&target).await })?;
-        if first && !second {
+        if refused {
             Ok(())
         } else {
             Err(SinkError::Unsupported {
@@ -1308,6 +1324,23 @@ impl Dataset {
                 epoch: checkpoint.epoch,
             })
         }
+    }
+
+    /// Whether the checkpoint of `checkpoint.epoch` is `checkpoint` itself, as this writer
+    /// wrote it: asked after [`Dataset::commit`] found the epoch taken.
+    ///
+    /// On an object store, a conditional PUT whose answer was lost (the connection dropped
+    /// after the store applied it, as in an outage) is sent again by object_store and refused,
+    /// since the object now exists: the commit happened, yet it reports `Fenced`. The
+    /// checkpoint names this writer's staging prefix, which no other writer ever uses, so a
+    /// checkpoint with those very bytes can only be this commit. False when it cannot be read.
+    pub fn is_own_commit(&self, checkpoint: &Checkpoint) -> bool {
+        let own_staging = checkpoint.staging.is_some()
+            && checkpoint.staging == self.storage.staging(&checkpoint.task, checkpoint.epoch);
+        let relative = self.checkpoint_name(&checkpoint.task, checkpoint.epoch);
+        own_staging
+            && serde_json::to_vec_pretty(checkpoint)
+                .is_ok_and(|json| self.storage.get(&relative).is_ok_and(|bytes| bytes == json))
     }
 
     /// Makes a committed checkpoint's files visible (idempotent), then deletes what is left of
@@ -2300,5 +2333,113 @@ mod tests {
         let name = ds.stage_state("t/0", 4, b"snapshot".to_vec()).unwrap();
         assert!(name.starts_with("_featurelog/state/t_0/"));
         assert_eq!(ds.read_state(&name).unwrap(), b"snapshot");
+    }
+
+    /// A store whose answer to a create is lost after the create was applied: the client
+    /// sends it again and is refused (object_store retries a request whose connection closed
+    /// before the answer came).
+    #[derive(Debug)]
+    struct AnswersLost {
+        inner: Arc<dyn Storage>,
+        /// Instead, a store that ignores `If-None-Match`: every create overwrites and says it
+        /// created (no answer is lost).
+        ignores_condition: bool,
+    }
+
+    impl Storage for AnswersLost {
+        fn describe(&self, relative: &str) -> PathBuf {
+            self.inner.describe(relative)
+        }
+        fn staging(&self, task: &str, epoch: u64) -> Option<String> {
+            self.inner.staging(task, epoch)
+        }
+        fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
+            self.inner.put(relative, bytes)
+        }
+        fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError> {
+            if self.ignores_condition {
+                self.inner.put(relative, bytes)?;
+                return Ok(true);
+            }
+            // Applied; the retry finds the object there.
+            self.inner.create(relative, bytes)?;
+            Ok(false)
+        }
+        fn get(&self, relative: &str) -> Result<Vec<u8>, SinkError> {
+            self.inner.get(relative)
+        }
+        fn exists(&self, relative: &str) -> Result<bool, SinkError> {
+            self.inner.exists(relative)
+        }
+        fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError> {
+            self.inner.children(dir)
+        }
+        fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
+            self.inner.publish(staged, visible)
+        }
+        fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
+            self.inner.discard(task, committed)
+        }
+        fn remove(&self, relative: &str) -> Result<(), SinkError> {
+            self.inner.remove(relative)
+        }
+    }
+
+    #[test]
+    fn a_commit_whose_answer_was_lost_is_recognised_as_this_writer_s_and_another_owner_s_is_not() {
+        let (store, a) = in_memory();
+        let task = "t-0";
+        let mut state = JoinState::new(join_config());
+        state.add_features(feature_log("r0"));
+        let (cp1, _) = stage_epoch(&a, task, 1, &mut state, &rows(0));
+        let lossy = Dataset {
+            storage: Arc::new(AnswersLost {
+                inner: a.storage.clone(),
+                ignores_condition: false,
+            }),
+            ..a.clone()
+        };
+        // Its own checkpoint, found there on the retry: refused, but recognised as its own.
+        assert!(matches!(
+            lossy.commit(&cp1),
+            Err(SinkError::Fenced { epoch: 1, .. })
+        ));
+        assert!(lossy.is_own_commit(&cp1));
+        lossy.roll_forward(&cp1).unwrap();
+        assert_eq!(a.recover(task).unwrap(), Some(cp1));
+        // Another writer's epoch 2 is there first: this writer's epoch 2 is fenced.
+        let b =
+            Dataset::open_object_store(store.clone(), "memory://b", "ds/", SinkOptions::default())
+                .unwrap();
+        let (theirs, _) = stage_epoch(&b, task, 2, &mut state, &rows(2));
+        b.commit(&theirs).unwrap();
+        let (mine, _) = stage_epoch(&lossy, task, 2, &mut state, &rows(2));
+        assert!(matches!(
+            lossy.commit(&mine),
+            Err(SinkError::Fenced { epoch: 2, .. })
+        ));
+        assert!(!lossy.is_own_commit(&mine));
+        assert!(b.is_own_commit(&theirs));
+        // A checkpoint that names no staging of this writer is never taken for its own.
+        let legacy = checkpoint(task, 2, vec![]);
+        assert!(!a.is_own_commit(&legacy));
+    }
+
+    #[test]
+    fn the_store_check_takes_a_probe_whose_answer_was_lost_for_created() {
+        let (_, ds) = in_memory();
+        let lost = AnswersLost {
+            inner: ds.storage.clone(),
+            ignores_condition: false,
+        };
+        assert!(refuses_overwrite(&lost, "_featurelog/probe/w1", "w1").unwrap());
+        // The check still catches a store that overwrites.
+        let ignores = AnswersLost {
+            inner: ds.storage.clone(),
+            ignores_condition: true,
+        };
+        assert!(!refuses_overwrite(&ignores, "_featurelog/probe/w2", "w2").unwrap());
+        // And a store that refuses every create.
+        assert!(!refuses_overwrite(&lost, "_featurelog/probe/w1", "someone else").unwrap());
     }
 }
