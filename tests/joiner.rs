@@ -1712,3 +1712,49 @@ async fn on_s3_lost_answers_to_conditional_puts_are_taken_for_what_they_did() {
     .await;
     assert!(joiner.terminate().success());
 }
+
+/// A joiner started while the object store does not answer (connections accepted, no reply)
+/// waits in its start-up check, each request retried for minutes; SIGTERM meanwhile stops it
+/// at once, cleanly (it held nothing yet), rather than when the retries give up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_sigterm_while_the_store_does_not_answer_at_start_up_stops_at_once() {
+    let name = "on_s3_sigterm_while_the_store_does_not_answer_at_start_up_stops_at_once";
+    let (Some(kafka), Some(s3)) = (kafka(name), s3(name)) else {
+        return;
+    };
+    let s = setup(kafka, 1, 1).await;
+    // A store that takes every connection and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming() {
+            held.push(conn);
+        }
+    });
+    let via_silent = TestS3 {
+        endpoint: format!("http://{silent_addr}"),
+        ..s3.clone()
+    };
+    let prefix = s3.unique_prefix("start-up-silent");
+    let config = s3_joiner_config(&s, &via_silent, "s3-start-up-silent", &prefix);
+    let mut joiner = Joiner::start_with_env(&config, &via_silent.aws_env());
+    // Past the topic checks, into the store's.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(joiner.exited().is_none(), "it waits for the store");
+    Command::new("kill")
+        .args(["-TERM", &joiner.0.id().to_string()])
+        .status()
+        .unwrap();
+    // object_store gives up after minutes; the signal must not wait for that.
+    let mut status = None;
+    for _ in 0..300 {
+        status = joiner.exited();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = status.expect("the joiner still runs 30 s after SIGTERM");
+    assert!(status.success(), "{status}");
+}

@@ -204,8 +204,14 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
     // Before the repartition topic is looked at: after the feature-log topic gained partitions,
     // this is the error that says what happened and what to do.
     let dataset = Dataset::from_config(&config.output)?;
-    tokio::task::block_in_place(|| dataset.check())?;
-    let recorded = tokio::task::block_in_place(|| dataset.partition_count(features, partitions))?;
+    let recorded = {
+        let (dataset, features) = (dataset.clone(), features.clone());
+        start_up_io(move || {
+            dataset.check()?;
+            Ok(dataset.partition_count(&features, partitions)?)
+        })
+        .await?
+    };
     if recorded != partitions {
         return Err(JoinError::PartitionsChanged {
             topic: features.clone(),
@@ -261,14 +267,19 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
     // refused here, not only when one of its tasks is assigned, which a static member keeping
     // its assignment of the other setting's topics might never be. Every task is written with
     // one setting (recovery checks each), so the first checkpoint found tells it.
-    tokio::task::block_in_place(|| {
-        for p in 0..partitions {
-            if let Some(cp) = dataset.latest_checkpoint(&format!("{features}-{p}"))? {
-                return same_partitioning(&cp, config.input.events_partitioning);
+    {
+        let (dataset, features) = (dataset.clone(), features.clone());
+        let partitioning = config.input.events_partitioning;
+        start_up_io(move || {
+            for p in 0..partitions {
+                if let Some(cp) = dataset.latest_checkpoint(&format!("{features}-{p}"))? {
+                    return same_partitioning(&cp, partitioning);
+                }
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })
+        .await?;
+    }
     tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, "joiner starting");
     Ok(Started {
         partitions,
@@ -371,8 +382,18 @@ async fn serve(
 fn router_outcome(
     result: Result<Result<(), JoinError>, tokio::task::JoinError>,
 ) -> Result<(), JoinError> {
+    outcome("router", result, || Ok(()))
+}
+
+/// A task's result, its panic as an error of `stage`; `cancelled` when the task was cancelled
+/// (only at runtime shutdown).
+fn outcome<T>(
+    stage: &'static str,
+    result: Result<Result<T, JoinError>, tokio::task::JoinError>,
+    cancelled: impl FnOnce() -> Result<T, JoinError>,
+) -> Result<T, JoinError> {
     match result {
-        Ok(routed) => routed,
+        Ok(done) => done,
         Err(err) if err.is_panic() => {
             let panic = err.into_panic();
             let message = panic
@@ -380,14 +401,24 @@ fn router_outcome(
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            Err(JoinError::Panicked {
-                stage: "router",
-                message,
-            })
+            Err(JoinError::Panicked { stage, message })
         }
-        // Cancelled: only at runtime shutdown.
-        Err(_) => Ok(()),
+        Err(_) => cancelled(),
     }
+}
+
+/// Runs start-up's dataset requests on a blocking thread. During an object-store outage each
+/// request retries for minutes; on a runtime thread (`block_in_place`) that held up the
+/// start-up's `select!`, so SIGTERM waited for the retries to give up.
+async fn start_up_io<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, JoinError> + Send + 'static,
+) -> Result<T, JoinError> {
+    outcome("start-up", tokio::task::spawn_blocking(work).await, || {
+        Err(JoinError::Panicked {
+            stage: "start-up",
+            message: "cancelled".into(),
+        })
+    })
 }
 
 /// Whether checkpoints refer to held feature logs by their offsets in the feature-log topic
@@ -1471,6 +1502,7 @@ async fn join(
     };
     let mut tick = tokio::time::interval(config.output.flush_interval);
     let mut partitions_checked = std::time::Instant::now();
+    let mut markers: Option<tokio::task::JoinHandle<Result<Vec<String>, SinkError>>> = None;
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let drop_revoked = |tasks: &mut HashMap<i32, Task>| {
@@ -1573,10 +1605,23 @@ async fn join(
                 if low != i64::MAX && low != i64::MIN {
                     metrics.watermark_seconds.set(low / 1_000_000);
                 }
-                match tokio::task::block_in_place(|| dataset.mark_complete(&all_tasks, completeness_lag)) {
-                    Ok(marked) if !marked.is_empty() => tracing::info!(?marked, "hours complete"),
-                    Ok(_) => {}
-                    Err(err) => tracing::warn!(%err, "completeness markers"),
+                // Markers are best effort and may take long (a listing and a request per new
+                // hour; minutes of retries while the store is unreachable): they run beside the
+                // join, one pass at a time, so that reading Kafka never waits for them. A pass
+                // rolls forward only committed checkpoints, as another process's would.
+                if markers.as_ref().is_none_or(tokio::task::JoinHandle::is_finished) {
+                    if let Some(done) = markers.take() {
+                        match done.await {
+                            Ok(Ok(marked)) if !marked.is_empty() => tracing::info!(?marked, "hours complete"),
+                            Ok(Ok(_)) => {}
+                            Ok(Err(err)) => tracing::warn!(%err, "completeness markers"),
+                            Err(err) => tracing::warn!(%err, "completeness markers stopped"),
+                        }
+                    }
+                    let (dataset, all_tasks) = (dataset.clone(), all_tasks.clone());
+                    markers = Some(tokio::task::spawn_blocking(move || {
+                        dataset.mark_complete(&all_tasks, completeness_lag)
+                    }));
                 }
                 dead_letters.poll(Duration::ZERO);
             }
