@@ -47,6 +47,31 @@ pub async fn model_server_counting(
     (addr, stop, cancelled)
 }
 
+/// A model server on `addr`, which an earlier one (now stopped) listened on: the same
+/// upstream address coming back. Waits up to 10 s for the address to be free again.
+pub async fn model_server_at(addr: SocketAddr, models: &[&str]) -> CancellationToken {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => break listener,
+            Err(err) if tokio::time::Instant::now() > deadline => {
+                panic!("cannot listen on {addr} again: {err}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(featurelog_model_server::serve(
+        ReferenceModelServer::new(models.iter().copied()),
+        listener,
+        async move {
+            token.cancelled().await;
+        },
+    ));
+    stop
+}
+
 /// A sidecar config for tests: loopback, port 0, fast reloads, the allow list in `dir`.
 pub fn sidecar_config(
     dir: &std::path::Path,

@@ -302,7 +302,12 @@ impl Exchange {
     /// a compressed request, which must be inflated as the publisher will).
     fn peek_request_id(&self, encoding: Option<&str>, limit: usize) -> Option<String> {
         let slot = self.request.lock().ok()?;
-        let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
+        let captured = slot.as_ref().filter(|c| c.complete)?;
+        if captured.overflow {
+            // Too large to be logged, but the response still gets an `x-request-id` only if
+            // the request names itself nowhere: its chunks are gone, its first bytes remain.
+            return head_id(&captured.head);
+        }
         if captured.chunks.iter().find(|c| !c.is_empty())?.first() == Some(&1) {
             // The id the caller gets back must be the one the record carries: the message as
             // the publisher will read it.
@@ -358,6 +363,49 @@ fn contiguous_message(chunks: &[Bytes]) -> Option<&[u8]> {
     match frame_head(chunks)? {
         (0, len, rest) => rest.get(..len),
         _ => None,
+    }
+}
+
+/// The `id` of a request body of which only the first bytes were kept (it passed the size
+/// limit), read from its leading fields: every encoder writes fields in field-number order, so
+/// model_name, model_version and id come before the tensors, and the first field past `id`
+/// means there is none. `None` when the bytes end before that, or the message is compressed or
+/// unusual: the caller then generates an id, as for a request with none.
+fn head_id(head: &[u8]) -> Option<String> {
+    let ([0, ..], mut buf) = head.split_first_chunk::<5>()? else {
+        return None;
+    };
+    let mut id = String::new();
+    while !buf.is_empty() {
+        let key = prost::encoding::decode_varint(&mut buf).ok()?;
+        match (key >> 3, key & 7) {
+            (tag @ 1..=3, 2) => {
+                let len = usize::try_from(prost::encoding::decode_varint(&mut buf).ok()?).ok()?;
+                let text = std::str::from_utf8(buf.get(..len)?).ok()?;
+                if tag == 3 {
+                    text.clone_into(&mut id);
+                }
+                buf = &buf[len..];
+            }
+            (4.., _) => return Some(id),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// How much of a body past the size limit a tap keeps, copied: the head of a request message
+/// (model name, version, id) fits many times over.
+const HEAD_BYTES: usize = 4096;
+
+/// Fills `head` with the next `chunks` of a body until it holds [`HEAD_BYTES`].
+fn extend_head<'a>(head: &mut Vec<u8>, chunks: impl IntoIterator<Item = &'a Bytes>) {
+    for chunk in chunks {
+        let take = HEAD_BYTES.saturating_sub(head.len()).min(chunk.len());
+        if take == 0 {
+            return;
+        }
+        head.extend_from_slice(&chunk[..take]);
     }
 }
 
@@ -489,6 +537,9 @@ pub struct Captured {
     pub len: usize,
     /// True when the data passed the size limit (chunks were then let go).
     pub overflow: bool,
+    /// When it passed the limit, a copy of the body's first bytes (up to 4 KiB): where a
+    /// request's id is.
+    pub head: Vec<u8>,
     /// True when the body reached its end (not cut by an error or a reset).
     pub complete: bool,
     /// The trailers, if any.
@@ -539,6 +590,9 @@ where
                 if let Some(data) = frame.data_ref() {
                     c.len += data.len();
                     if c.len > this.limit {
+                        // Not logged now, but a request's first bytes still tell whether it
+                        // names itself (see `Exchange::peek_request_id`).
+                        extend_head(&mut c.head, c.chunks.iter().chain([data]));
                         c.overflow = true;
                         c.chunks.clear();
                     } else if !c.overflow {
@@ -784,6 +838,56 @@ mod tests {
         assert_eq!(exchange.peek_request_id(Some("snappy"), 1 << 20), None);
     }
 
+    #[tokio::test]
+    async fn a_request_past_the_size_limit_still_gives_its_id_from_its_first_bytes() {
+        use featurelog_schemas::inference::ModelInferRequest;
+        let body = |id: &str| {
+            let mut request = ModelInferRequest {
+                model_name: "ranker".into(),
+                id: id.into(),
+                ..Default::default()
+            };
+            request
+                .raw_input_contents
+                .push(Bytes::from(vec![7; 20_000]));
+            let message = request.encode_to_vec();
+            let mut body = vec![0u8];
+            body.extend((message.len() as u32).to_be_bytes());
+            body.extend(message);
+            body
+        };
+        let peek = |captured: Captured| {
+            let exchange = Exchange::default();
+            *exchange.request.lock().unwrap() = Some(captured);
+            exchange.peek_request_id(None, 1 << 20)
+        };
+        for (id, split) in [("req-big", 3), ("req-big", 10), ("", 1000)] {
+            let body = body(id);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let mut tap = Tap::new(
+                Frames(
+                    body.chunks(split)
+                        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                        .collect(),
+                ),
+                100,
+                move |c| tx.send(c).unwrap(),
+            );
+            while let Some(Ok(_)) = tap.frame().await {}
+            drop(tap);
+            let captured = rx.recv().unwrap();
+            assert!(captured.overflow && captured.chunks.is_empty());
+            assert_eq!(captured.head, body[..HEAD_BYTES]);
+            assert_eq!(peek(captured).as_deref(), Some(id), "split {split}");
+        }
+        // Cut inside the head, or compressed: no answer (an id is generated).
+        let head = body("req-big")[..12].to_vec();
+        assert_eq!(head_id(&head), None);
+        let mut compressed = body("req-big")[..HEAD_BYTES].to_vec();
+        compressed[0] = 1;
+        assert_eq!(head_id(&compressed), None);
+    }
+
     #[test]
     fn only_an_uncompressed_message_within_the_first_chunk_is_read_in_place() {
         let framed = |flag: u8, len: u32, body: &[u8]| {
@@ -830,6 +934,7 @@ mod tests {
                 chunks,
                 len: framed.len(),
                 overflow: false,
+                head: Vec::new(),
                 complete: true,
                 trailers: None,
             });
