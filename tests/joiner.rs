@@ -1758,3 +1758,54 @@ async fn on_s3_sigterm_while_the_store_does_not_answer_at_start_up_stops_at_once
     let status = status.expect("the joiner still runs 30 s after SIGTERM");
     assert!(status.success(), "{status}");
 }
+
+/// Apps may add partitions to their events topic while the joiner runs (the repartitioning
+/// router lets them partition as they like): the router reads the new partitions once its
+/// metadata shows them, every task's watermark waits for them, and their events are joined
+/// like the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_in_partitions_the_apps_add_while_the_joiner_runs_are_joined() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    let Some(kafka) = kafka("events_in_partitions_the_apps_add_while_the_joiner_runs_are_joined")
+    else {
+        return;
+    };
+    let mut s = setup(kafka, 3, 1).await;
+    let out = s.dir.path().join("dataset");
+    let group = s.kafka.unique_group("joiner-events-grown");
+    let config = s.joiner_config("j1", &group, &out);
+    // librdkafka's clients look for new partitions every 5 minutes by default.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[input]",
+        "[kafka.properties]\n\"topic.metadata.refresh.interval.ms\" = \"1000\"\n[input]",
+    );
+    std::fs::write(&config, text).unwrap();
+    let joiner = Joiner::start(&config);
+    let d = wait_for_rows(&out, s.expected.len(), "before the events topic grows").await;
+    check_exact(&d, &s.expected, "before the events topic grows");
+
+    let admin: AdminClient<DefaultClientContext> =
+        s.kafka.config.client_config(&[]).create().unwrap();
+    let grown = admin
+        .create_partitions(
+            &[NewPartitions::new(&s.events, 6)],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(grown.iter().all(Result::is_ok), "{grown:?}");
+    send_wave(&mut s, 3..12).await;
+    let d = wait_for_rows(&out, s.expected.len(), "after the events topic grew").await;
+    check_exact(&d, &s.expected, "after the events topic grew");
+    // Some of those events were in the new partitions.
+    let events = s
+        .kafka
+        .read(&s.events, 3 * 12 + 1, Duration::from_secs(30))
+        .await;
+    assert!(
+        events.iter().any(|e| e.partition >= 3),
+        "no event landed in a new partition"
+    );
+    assert!(joiner.terminate().success());
+}

@@ -1463,6 +1463,8 @@ async fn join(
     metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
+    // Grows when the events topic gains partitions (below).
+    let mut event_sources = event_sources;
     let kafka = &config.kafka;
     let features_topic = config.input.features_topic.clone();
     let partitioning = config.input.events_partitioning;
@@ -1533,6 +1535,20 @@ async fn join(
                 if partitions_checked.elapsed() >= PARTITIONS_CHECK {
                     partitions_checked = std::time::Instant::now();
                     tokio::task::block_in_place(|| check_partitions(&consumer, &features_topic, partitions, None))?;
+                    // Apps may add partitions to their events topic: the router reads them (once
+                    // its metadata shows them) and every task's watermark waits for them, so that
+                    // their events are not late for a watermark that moved on without them.
+                    // (Co-partitioned events are refused per event instead: not_co_partitioned.)
+                    if !direct {
+                        let now = tokio::task::block_in_place(|| partition_count(&consumer, &config.input.events_topic));
+                        if let Some(now) = now.and_then(|n| u32::try_from(n).ok()).filter(|&n| n > event_sources) {
+                            tracing::warn!(topic = %config.input.events_topic, was = event_sources, now, "the events topic gained partitions: windows wait for the router to read them");
+                            event_sources = now;
+                            for task in tasks.values_mut() {
+                                task.state.set_event_sources(now);
+                            }
+                        }
+                    }
                 }
                 if direct {
                     // No router reports progress to every partition here: a task whose two
@@ -1769,15 +1785,7 @@ fn check_partitions<C: ConsumerContext>(
     partitions: i32,
     seen: Option<i32>,
 ) -> Result<(), JoinError> {
-    let now = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .ok()
-        .and_then(|m| {
-            m.topics()
-                .iter()
-                .find(|t| t.name() == topic && t.error().is_none())
-                .and_then(|t| i32::try_from(t.partitions().len()).ok())
-        });
+    let now = partition_count(consumer, topic);
     let found = now
         .into_iter()
         .chain(seen.map(|p| p.saturating_add(1)))
@@ -1791,6 +1799,19 @@ fn check_partitions<C: ConsumerContext>(
         });
     }
     Ok(())
+}
+
+/// `topic`'s partition count as the brokers see it now, if they answer.
+fn partition_count<C: ConsumerContext>(consumer: &StreamConsumer<C>, topic: &str) -> Option<i32> {
+    consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .ok()
+        .and_then(|m| {
+            m.topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .and_then(|t| i32::try_from(t.partitions().len()).ok())
+        })
 }
 
 fn assigned_partitions<C: ConsumerContext>(consumer: &StreamConsumer<C>, topic: &str) -> Vec<i32> {

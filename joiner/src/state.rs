@@ -277,6 +277,14 @@ impl JoinState {
         out
     }
 
+    /// The events topic gained partitions (`sources` of them now): the events' side of the
+    /// watermark waits until every one of them has reported, so that events in the new ones are
+    /// not late for a watermark that moved on without them. Never fewer (Kafka cannot remove
+    /// partitions).
+    pub fn set_event_sources(&mut self, sources: u32) {
+        self.config.event_sources = self.config.event_sources.max(sources);
+    }
+
     /// Moves the features' side of the watermark to `to_us` (if that is later) although no
     /// record has shown it: the runtime calls this when the task has read its whole feature-log
     /// partition and nothing came for the idle timeout, so that windows close in quiet periods.
@@ -1762,6 +1770,31 @@ mod tests {
             r.feed(event("r6", "a", 32, EventKind::Impression))
         };
         assert_eq!(keys(&rows), [("r6".into(), "a".into())]);
+    }
+
+    #[test]
+    fn an_events_topic_that_gains_a_partition_holds_the_watermark_until_it_reports() {
+        let mut s = JoinState::new(config(Some(2 * MIN)));
+        s.add_features(log("r1", 0, &["a"]));
+        s.add_features(log("r2", 20, &["b"]));
+        assert!(s.source_progress(0, MIN).is_empty());
+        assert_eq!(s.watermark_us(), MIN);
+        // A second partition appears; the first one's progress alone no longer moves it.
+        s.set_event_sources(2);
+        assert!(s.source_progress(0, 10 * MIN).is_empty());
+        assert_eq!(s.watermark_us(), MIN, "partition 1 has not reported");
+        // An impression in the new partition, older than partition 0's progress: not late.
+        assert!(
+            s.add_event(event("r1", "a", 2, EventKind::Impression))
+                .is_empty()
+        );
+        let rows = s.source_progress(1, 10 * MIN);
+        assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
+        assert_eq!(s.watermark_us(), 10 * MIN);
+        // Never fewer.
+        s.set_event_sources(1);
+        assert!(s.source_progress(0, 12 * MIN).is_empty());
+        assert_eq!(s.watermark_us(), 10 * MIN, "partition 1 still counts");
     }
 
     #[test]
