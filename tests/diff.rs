@@ -839,7 +839,8 @@ fn html_report_opens_in_headless_chromium() {
 
 /// Runs `featurelog diff --format json` on two paths keyed by `key`: the exit code, the report
 /// (Null when stdout is not JSON) and stderr.
-fn diff_json(served: &Path, offline: &Path, key: &str, extra: &[&str]) -> (i32, Value, String) {
+/// `featurelog diff` of two sides by `key`, with `extra` arguments.
+fn diff_cli(served: &Path, offline: &Path, key: &str, extra: &[&str]) -> Output {
     let (served, offline) = (served.display().to_string(), offline.display().to_string());
     let mut args = vec![
         "diff",
@@ -849,11 +850,18 @@ fn diff_json(served: &Path, offline: &Path, key: &str, extra: &[&str]) -> (i32, 
         &offline,
         "--key",
         key,
-        "--format",
-        "json",
     ];
     args.extend_from_slice(extra);
-    let out = featurelog(&args);
+    featurelog(&args)
+}
+
+fn diff_json(served: &Path, offline: &Path, key: &str, extra: &[&str]) -> (i32, Value, String) {
+    let out = diff_cli(
+        served,
+        offline,
+        key,
+        &[&["--format", "json"], extra].concat(),
+    );
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let report = serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null);
     (out.status.code().unwrap_or(-1), report, err)
@@ -1495,16 +1503,7 @@ fn nested_columns_are_compared_or_skipped_never_fatal() {
         assert_eq!(f["top_pairs"][0]["example_keys"][0], "3", "{name}");
     }
     // The terminal says which column is left out, its type and why.
-    let (served, offline) = (served.display().to_string(), offline.display().to_string());
-    let out = featurelog(&[
-        "diff",
-        "--served",
-        &served,
-        "--offline",
-        &offline,
-        "--key",
-        "id",
-    ]);
+    let out = diff_cli(&served, &offline, "id", &[]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
@@ -1694,16 +1693,7 @@ fn null_rates_shift_the_distributions() {
         assert!(f["violations"].as_array().unwrap().is_empty(), "{name}");
     }
     // The terminal names the null bin and both null rates.
-    let (served, offline) = (served.display().to_string(), offline.display().to_string());
-    let out = featurelog(&[
-        "diff",
-        "--served",
-        &served,
-        "--offline",
-        &offline,
-        "--key",
-        "id",
-    ]);
+    let out = diff_cli(&served, &offline, "id", &[]);
     let text = stdout(&out);
     assert!(
         text.contains("x: distribution shift") && text.contains("most from null"),

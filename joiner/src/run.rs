@@ -208,7 +208,7 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
         let (dataset, features) = (dataset.clone(), features.clone());
         start_up_io(move || {
             dataset.check()?;
-            Ok(dataset.partition_count(&features, partitions)?)
+            Ok(dataset.recorded_partition_count(&features, partitions)?)
         })
         .await?
     };
@@ -1540,7 +1540,7 @@ async fn join(
                     // their events are not late for a watermark that moved on without them.
                     // (Co-partitioned events are refused per event instead: not_co_partitioned.)
                     if !direct {
-                        let now = tokio::task::block_in_place(|| partition_count(&consumer, &config.input.events_topic));
+                        let now = tokio::task::block_in_place(|| partitions_now(&consumer, &config.input.events_topic));
                         if let Some(now) = now.and_then(|n| u32::try_from(n).ok()).filter(|&n| n > event_sources) {
                             tracing::warn!(topic = %config.input.events_topic, was = event_sources, now, "the events topic gained partitions: windows wait for the router to read them");
                             event_sources = now;
@@ -1785,7 +1785,7 @@ fn check_partitions<C: ConsumerContext>(
     partitions: i32,
     seen: Option<i32>,
 ) -> Result<(), JoinError> {
-    let now = partition_count(consumer, topic);
+    let now = partitions_now(consumer, topic);
     let found = now
         .into_iter()
         .chain(seen.map(|p| p.saturating_add(1)))
@@ -1802,7 +1802,7 @@ fn check_partitions<C: ConsumerContext>(
 }
 
 /// `topic`'s partition count as the brokers see it now, if they answer.
-fn partition_count<C: ConsumerContext>(consumer: &StreamConsumer<C>, topic: &str) -> Option<i32> {
+fn partitions_now<C: ConsumerContext>(consumer: &StreamConsumer<C>, topic: &str) -> Option<i32> {
     consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .ok()

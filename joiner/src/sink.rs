@@ -1024,7 +1024,7 @@ impl Dataset {
     /// partition moves when the count changes), so a joiner started after the topic gained
     /// partitions must know, even where nothing else differs (co-partitioned events grown
     /// alike, or a repartition topic deleted).
-    pub fn partition_count(&self, topic: &str, partitions: i32) -> Result<i32, SinkError> {
+    pub fn recorded_partition_count(&self, topic: &str, partitions: i32) -> Result<i32, SinkError> {
         let name = format!("_featurelog/topics/{}.json", safe(topic));
         let record = serde_json::json!({ "topic": topic, "partitions": partitions });
         if self
@@ -2154,13 +2154,13 @@ mod tests {
     fn the_first_partition_count_recorded_is_the_datasets() {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        assert_eq!(ds.partition_count("features", 4).unwrap(), 4);
-        assert_eq!(ds.partition_count("features", 4).unwrap(), 4);
+        assert_eq!(ds.recorded_partition_count("features", 4).unwrap(), 4);
+        assert_eq!(ds.recorded_partition_count("features", 4).unwrap(), 4);
         // The topic gained partitions: the dataset still says 4, in another process too.
         let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        assert_eq!(again.partition_count("features", 8).unwrap(), 4);
+        assert_eq!(again.recorded_partition_count("features", 8).unwrap(), 4);
         // Another topic's dataset in the same root is its own.
-        assert_eq!(again.partition_count("other", 2).unwrap(), 2);
+        assert_eq!(again.recorded_partition_count("other", 2).unwrap(), 2);
     }
 
     #[test]
