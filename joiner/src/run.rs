@@ -888,7 +888,11 @@ async fn router(
         &config,
         &group,
         &[&config.input.events_topic],
-        &[],
+        // Partitions the apps add to their events topic hold every task's watermark until the
+        // router reads them (docs/JOINER.md, "Partition counts"): look for them every 30 s
+        // rather than librdkafka's 5 minutes (one small metadata request; `[kafka.properties]`
+        // may say otherwise).
+        &[("topic.metadata.refresh.interval.ms", "30000")],
         (
             "creating the router consumer",
             "subscribing to the events topic",
