@@ -1805,10 +1805,12 @@ fn check_partitions<C: ConsumerContext>(
     Ok(())
 }
 
-/// `topic`'s partition count as the brokers see it now, if they answer.
+/// `topic`'s partition count as the brokers see it now, if they answer within 3 s: the join
+/// loop waits for the answer, and during a broker outage a longer wait on every check would
+/// hold up its commits for nothing.
 fn partitions_now<C: ConsumerContext>(consumer: &StreamConsumer<C>, topic: &str) -> Option<i32> {
     consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .fetch_metadata(Some(topic), Duration::from_secs(3))
         .ok()
         .and_then(|m| {
             m.topics()
