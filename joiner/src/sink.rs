@@ -1917,16 +1917,42 @@ mod tests {
         recovery_beside_a_writer_about_to_commit(&a, &b);
     }
 
-    /// Local storage that counts the listings and existence checks made of it.
+    /// How [`Watched`] answers a create.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Creates {
+        /// As the storage under it does.
+        AsStored,
+        /// The create is applied, its answer lost: the client sends it again and is refused
+        /// (object_store retries a request whose connection closed before the answer came).
+        AnswerLost,
+        /// As a store that ignores `If-None-Match`: every create overwrites and says it created.
+        IgnoringCondition,
+    }
+
+    /// A storage for tests over another: counts the listings and marker checks made of it, and
+    /// answers creates as [`Creates`] says.
     #[derive(Debug)]
-    struct Counting {
-        inner: Local,
+    struct Watched {
+        inner: Arc<dyn Storage>,
+        creates: Creates,
         lists: std::sync::atomic::AtomicUsize,
         checks: std::sync::atomic::AtomicUsize,
         checkpoint_lists: std::sync::atomic::AtomicUsize,
     }
 
-    impl Storage for Counting {
+    impl Watched {
+        fn new(inner: Arc<dyn Storage>, creates: Creates) -> Self {
+            Self {
+                inner,
+                creates,
+                lists: Default::default(),
+                checks: Default::default(),
+                checkpoint_lists: Default::default(),
+            }
+        }
+    }
+
+    impl Storage for Watched {
         fn describe(&self, relative: &str) -> PathBuf {
             self.inner.describe(relative)
         }
@@ -1937,7 +1963,17 @@ mod tests {
             self.inner.put(relative, bytes)
         }
         fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError> {
-            self.inner.create(relative, bytes)
+            match self.creates {
+                Creates::AsStored => self.inner.create(relative, bytes),
+                Creates::AnswerLost => {
+                    self.inner.create(relative, bytes)?;
+                    Ok(false)
+                }
+                Creates::IgnoringCondition => {
+                    self.inner.put(relative, bytes)?;
+                    Ok(true)
+                }
+            }
         }
         fn get(&self, relative: &str) -> Result<Vec<u8>, SinkError> {
             self.inner.get(relative)
@@ -1980,15 +2016,13 @@ mod tests {
         const HOUR: i64 = 3_600_000_000;
         let dir = tempfile::tempdir().unwrap();
         let mut ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        let counting = Arc::new(Counting {
-            inner: Local {
+        let counting = Arc::new(Watched::new(
+            Arc::new(Local {
                 root: dir.path().to_owned(),
                 writer: new_writer(),
-            },
-            lists: Default::default(),
-            checks: Default::default(),
-            checkpoint_lists: Default::default(),
-        });
+            }),
+            Creates::AsStored,
+        ));
         ds.storage = counting.clone();
         let tasks = vec!["t-0".to_string()];
         // Rows in hours 00 and 01 of day one and hour 00 of day two.
@@ -2335,56 +2369,6 @@ mod tests {
         assert_eq!(ds.read_state(&name).unwrap(), b"snapshot");
     }
 
-    /// A store whose answer to a create is lost after the create was applied: the client
-    /// sends it again and is refused (object_store retries a request whose connection closed
-    /// before the answer came).
-    #[derive(Debug)]
-    struct AnswersLost {
-        inner: Arc<dyn Storage>,
-        /// Instead, a store that ignores `If-None-Match`: every create overwrites and says it
-        /// created (no answer is lost).
-        ignores_condition: bool,
-    }
-
-    impl Storage for AnswersLost {
-        fn describe(&self, relative: &str) -> PathBuf {
-            self.inner.describe(relative)
-        }
-        fn staging(&self, task: &str, epoch: u64) -> Option<String> {
-            self.inner.staging(task, epoch)
-        }
-        fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
-            self.inner.put(relative, bytes)
-        }
-        fn create(&self, relative: &str, bytes: Vec<u8>) -> Result<bool, SinkError> {
-            if self.ignores_condition {
-                self.inner.put(relative, bytes)?;
-                return Ok(true);
-            }
-            // Applied; the retry finds the object there.
-            self.inner.create(relative, bytes)?;
-            Ok(false)
-        }
-        fn get(&self, relative: &str) -> Result<Vec<u8>, SinkError> {
-            self.inner.get(relative)
-        }
-        fn exists(&self, relative: &str) -> Result<bool, SinkError> {
-            self.inner.exists(relative)
-        }
-        fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError> {
-            self.inner.children(dir)
-        }
-        fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
-            self.inner.publish(staged, visible)
-        }
-        fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
-            self.inner.discard(task, committed)
-        }
-        fn remove(&self, relative: &str) -> Result<(), SinkError> {
-            self.inner.remove(relative)
-        }
-    }
-
     #[test]
     fn a_commit_whose_answer_was_lost_is_recognised_as_this_writer_s_and_another_owner_s_is_not() {
         let (store, a) = in_memory();
@@ -2393,10 +2377,7 @@ mod tests {
         state.add_features(feature_log("r0"));
         let (cp1, _) = stage_epoch(&a, task, 1, &mut state, &rows(0));
         let lossy = Dataset {
-            storage: Arc::new(AnswersLost {
-                inner: a.storage.clone(),
-                ignores_condition: false,
-            }),
+            storage: Arc::new(Watched::new(a.storage.clone(), Creates::AnswerLost)),
             ..a.clone()
         };
         // Its own checkpoint, found there on the retry: refused, but recognised as its own.
@@ -2428,16 +2409,10 @@ mod tests {
     #[test]
     fn the_store_check_takes_a_probe_whose_answer_was_lost_for_created() {
         let (_, ds) = in_memory();
-        let lost = AnswersLost {
-            inner: ds.storage.clone(),
-            ignores_condition: false,
-        };
+        let lost = Watched::new(ds.storage.clone(), Creates::AnswerLost);
         assert!(refuses_overwrite(&lost, "_featurelog/probe/w1", "w1").unwrap());
         // The check still catches a store that overwrites.
-        let ignores = AnswersLost {
-            inner: ds.storage.clone(),
-            ignores_condition: true,
-        };
+        let ignores = Watched::new(ds.storage.clone(), Creates::IgnoringCondition);
         assert!(!refuses_overwrite(&ignores, "_featurelog/probe/w2", "w2").unwrap());
         // And a store that refuses every create.
         assert!(!refuses_overwrite(&lost, "_featurelog/probe/w1", "someone else").unwrap());
