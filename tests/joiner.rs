@@ -1327,6 +1327,21 @@ fn sigterm_during_start_up_stops_the_joiner_cleanly() {
     assert!(status.success(), "{status}");
 }
 
+/// Gives `topic` `partitions` partitions, as an operator adding some would.
+async fn grow_topic(kafka: &KafkaConfig, topic: &str, partitions: usize) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = kafka.client_config(&[]).create().unwrap();
+    let grown = admin
+        .create_partitions(
+            &[NewPartitions::new(topic, partitions)],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(grown.iter().all(Result::is_ok), "{grown:?}");
+}
+
 /// A dataset is tied to the feature-log topic's partition count: when the topic gains
 /// partitions, a sidecar puts a request's records where no task has its events. A running
 /// joiner stops with an error that says so (and what to do) as soon as it reads from a new
@@ -1334,8 +1349,6 @@ fn sigterm_during_start_up_stops_the_joiner_cleanly() {
 /// every request that moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feature_log_topic_that_gains_partitions_stops_the_joiner_with_what_to_do() {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-    use rdkafka::client::DefaultClientContext;
     let Some(kafka) =
         kafka("a_feature_log_topic_that_gains_partitions_stops_the_joiner_with_what_to_do")
     else {
@@ -1352,16 +1365,7 @@ async fn a_feature_log_topic_that_gains_partitions_stops_the_joiner_with_what_to
     let d = wait_for_rows(&out, s.expected.len(), "before the topic grows").await;
     check_exact(&d, &s.expected, "before the topic grows");
 
-    let admin: AdminClient<DefaultClientContext> =
-        s.kafka.config.client_config(&[]).create().unwrap();
-    let grown = admin
-        .create_partitions(
-            &[NewPartitions::new(&s.features, 6)],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .unwrap();
-    assert!(grown.iter().all(Result::is_ok), "{grown:?}");
+    grow_topic(&s.kafka.config, &s.features, 6).await;
     // A sidecar that has seen the new partitions writes to them.
     let producer = s.kafka.producer();
     producer
@@ -1765,8 +1769,6 @@ async fn on_s3_sigterm_while_the_store_does_not_answer_at_start_up_stops_at_once
 /// like the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_in_partitions_the_apps_add_while_the_joiner_runs_are_joined() {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
-    use rdkafka::client::DefaultClientContext;
     let Some(kafka) = kafka("events_in_partitions_the_apps_add_while_the_joiner_runs_are_joined")
     else {
         return;
@@ -1785,16 +1787,7 @@ async fn events_in_partitions_the_apps_add_while_the_joiner_runs_are_joined() {
     let d = wait_for_rows(&out, s.expected.len(), "before the events topic grows").await;
     check_exact(&d, &s.expected, "before the events topic grows");
 
-    let admin: AdminClient<DefaultClientContext> =
-        s.kafka.config.client_config(&[]).create().unwrap();
-    let grown = admin
-        .create_partitions(
-            &[NewPartitions::new(&s.events, 6)],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .unwrap();
-    assert!(grown.iter().all(Result::is_ok), "{grown:?}");
+    grow_topic(&s.kafka.config, &s.events, 6).await;
     send_wave(&mut s, 3..12).await;
     let d = wait_for_rows(&out, s.expected.len(), "after the events topic grew").await;
     check_exact(&d, &s.expected, "after the events topic grew");
