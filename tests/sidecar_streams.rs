@@ -407,7 +407,9 @@ async fn calls_fail_fast_while_the_model_server_is_down_and_flow_and_log_when_it
         return;
     };
     let topic = kafka.unique_topic("sidecar-upstream-down", 1).await;
-    let (model_addr, stop_model) = model_server(&["ranker"]).await;
+    // On a port the model server is sure to get back (see featurelog_testkit::ports).
+    let model_addr = featurelog_testkit::ports::restartable_addr();
+    let stop_model = model_server_at(model_addr, &["ranker"]).await;
     let dir = temp_dir();
     let config = sidecar_config(dir.path(), model_addr, Some(&kafka.config), &topic, ALLOW);
     let sidecar = sidecar(config).await;

@@ -24,16 +24,10 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka.sh")
 }
 
-/// A port whose successor is free too (the controller takes port + 1).
+/// A port whose successor is free too (the controller takes port + 1), both below the
+/// ephemeral range: the broker must get them back when it restarts (see [`crate::ports`]).
 fn free_port_pair() -> u16 {
-    for _ in 0..50 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = l.local_addr().expect("addr").port();
-        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port pair");
+    crate::ports::restartable_ports(2)
 }
 
 impl DedicatedBroker {
@@ -53,11 +47,7 @@ impl DedicatedBroker {
     /// Starts one on fresh storage with a SASL_SSL listener beside the plaintext one.
     pub fn start_secure() -> Self {
         let port = free_port_pair();
-        let secure_port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
+        let secure_port = crate::ports::restartable_ports(1);
         let mut secure = KafkaConfig::new(format!("127.0.0.1:{secure_port}"));
         let ca = run_dir(port).join("secure/ca.pem");
         for (key, value) in [

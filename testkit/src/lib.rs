@@ -9,6 +9,7 @@
 #![allow(clippy::panic, clippy::expect_used)] // A failed precondition is a failed test here.
 
 pub mod broker;
+pub mod ports;
 pub mod proxy;
 pub mod s3;
 pub mod serving;

@@ -43,7 +43,9 @@ impl CutProxy {
             .expect("proxy runtime");
         // Bound here (not with the runtime's `block_on`, which a test's async code cannot
         // call), then handed to the runtime.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy port");
+        // Below the ephemeral range, so that it can listen again after a cut (crate::ports).
+        let listener =
+            std::net::TcpListener::bind(crate::ports::restartable_addr()).expect("proxy port");
         listener
             .set_nonblocking(true)
             .expect("non-blocking proxy port");

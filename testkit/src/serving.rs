@@ -47,8 +47,9 @@ pub async fn model_server_counting(
     (addr, stop, cancelled)
 }
 
-/// A model server on `addr`, which an earlier one (now stopped) listened on: the same
-/// upstream address coming back. Waits up to 10 s for the address to be free again.
+/// A model server on `addr`: one on [`crate::ports::restartable_addr`], or the same upstream
+/// address coming back after an earlier one stopped. Waits up to 10 s for the address to be
+/// free again.
 pub async fn model_server_at(addr: SocketAddr, models: &[&str]) -> CancellationToken {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let listener = loop {
