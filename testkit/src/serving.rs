@@ -287,11 +287,11 @@ pub fn decode_log(payload: &[u8]) -> featurelog_schemas::featurelog::v1::Feature
     prost::Message::decode(payload).expect("a FeatureLog")
 }
 
-/// A local address no one listens on now, for a process that must be told its port.
+/// A local address no one listens on now, for a process that must be told its port. Below the
+/// ephemeral range (see [`crate::ports`]): the process binds it some time after this returns,
+/// and a test may restart it on the same port, so no outgoing connection must take it meanwhile.
 pub fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free local port")
+    crate::ports::restartable_addr()
 }
 
 /// The whole HTTP/1.1 response to `GET path`, or `None` if nothing answers.
