@@ -470,6 +470,7 @@ impl JoinerConfig {
         }
         config.kafka.check().map_err(err)?;
         let i = &config.input;
+        i.json_fields.event_types.check().map_err(err)?;
         for (what, topic) in [
             ("input.features-topic", &i.features_topic),
             ("input.events-topic", &i.events_topic),
@@ -621,6 +622,34 @@ mod tests {
         assert_eq!(c.join_config(1).features_wait_us, 1_800_000_000);
         assert_eq!(c.input.events_partitioning, EventsPartitioning::Any);
         assert!(c.static_membership);
+    }
+
+    #[test]
+    fn the_event_time_unit_comes_from_the_file_or_the_environment() {
+        let with = |text: &str, env: Vec<(String, String)>| {
+            JoinerConfig::from_toml_with_env(Path::new("join.toml"), text, env)
+                .map(|c| c.input.json_fields.event_time_unit)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            with(MINIMAL, Vec::new()),
+            Ok(crate::event::TimeUnit::Milliseconds)
+        );
+        let in_file = format!("{MINIMAL}\n[input.json-fields]\nevent-time-unit = \"seconds\"\n");
+        assert_eq!(
+            with(&in_file, Vec::new()),
+            Ok(crate::event::TimeUnit::Seconds)
+        );
+        let from_env = vec![(
+            "FEATURELOG_JOIN__INPUT__JSON_FIELDS__EVENT_TIME_UNIT".to_string(),
+            "microseconds".to_string(),
+        )];
+        assert_eq!(
+            with(MINIMAL, from_env),
+            Ok(crate::event::TimeUnit::Microseconds)
+        );
+        let err = with(&in_file.replace("\"seconds\"", "\"minutes\""), Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("milliseconds"), "{err}");
     }
 
     #[test]

@@ -57,9 +57,11 @@ pub enum EventError {
     #[error("unknown event type {0:?}")]
     EventType(String),
     /// The event time is a valid time outside the window the joiner accepts
-    /// ([`EVENT_TIME_WINDOW`]): most likely a unit mix-up, such as microseconds in an
-    /// epoch-milliseconds field.
-    #[error("field {field:?}: event time {value} is outside {EVENT_TIME_WINDOW}")]
+    /// ([`EVENT_TIME_WINDOW`]): most likely a unit mix-up, such as microseconds or seconds in
+    /// an epoch-milliseconds field.
+    #[error(
+        "field {field:?}: event time {value} is outside {EVENT_TIME_WINDOW}: a unit mix-up? (JSON events: input.json-fields.event-time-unit)"
+    )]
     TimeOutOfRange {
         /// The field name as configured.
         field: String,
@@ -81,13 +83,16 @@ impl EventError {
     }
 }
 
-/// The earliest event time accepted, in seconds since the Unix epoch: 1970-01-01T00:00:00Z.
-pub const MIN_EVENT_TIME_S: i64 = 0;
+/// The earliest event time accepted, in seconds since the Unix epoch: 2000-01-01T00:00:00Z.
+/// No app served features to a model before it; an earlier time is a unit mix-up, most often
+/// epoch seconds in an epoch-milliseconds field (January 1970), which would otherwise join
+/// nothing and be counted as impressions without features, with nothing to say why.
+pub const MIN_EVENT_TIME_S: i64 = 946_684_800;
 /// The first event time refused, in seconds since the Unix epoch: 2200-01-01T00:00:00Z. A fixed
 /// bound, not the wall clock, so that replays of old data join as they did.
 pub const END_EVENT_TIME_S: i64 = 7_258_118_400;
 /// [`MIN_EVENT_TIME_S`]..[`END_EVENT_TIME_S`] as text, for errors.
-pub const EVENT_TIME_WINDOW: &str = "1970-01-01T00:00:00Z..2200-01-01T00:00:00Z";
+pub const EVENT_TIME_WINDOW: &str = "2000-01-01T00:00:00Z..2200-01-01T00:00:00Z";
 
 /// Why [`event_time_us`] refused a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,12 +137,19 @@ pub struct JsonFields {
     /// The item id field (string or integer).
     #[serde(default = "default_item_id")]
     pub item_id: String,
-    /// The event time field: epoch milliseconds (number) or RFC 3339 text.
+    /// The event time field: a number of `event_time_unit`s since the Unix epoch (a JSON
+    /// number, or text of one) or RFC 3339 text.
     #[serde(default = "default_event_time")]
     pub event_time: String,
-    /// The event type field: "impression", "click", "conversion" or any other name.
+    /// The unit of a numeric event time.
+    #[serde(default)]
+    pub event_time_unit: TimeUnit,
+    /// The event type field: a name of `event_types`, or any other name.
     #[serde(default = "default_event_type")]
     pub event_type: String,
+    /// Which values of the event type field are impressions, clicks and conversions.
+    #[serde(default)]
+    pub event_types: EventTypes,
     /// Numeric fields copied as label values.
     #[serde(default)]
     pub labels: Vec<String>,
@@ -149,9 +161,179 @@ impl Default for JsonFields {
             request_id: default_request_id(),
             item_id: default_item_id(),
             event_time: default_event_time(),
+            event_time_unit: TimeUnit::default(),
             event_type: default_event_type(),
+            event_types: EventTypes::default(),
             labels: Vec::new(),
         }
+    }
+}
+
+/// The values of a JSON event's type field that mean an impression, a click or a conversion,
+/// compared without regard to ASCII case (`"CLICK"`, a Java enum's name, is a click). Apps name
+/// their events as they like (`view`, `purchase`): an impression named otherwise than these
+/// would write no row, and a click would count only as a label of its own name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct EventTypes {
+    /// Names of impressions (at least one).
+    #[serde(default = "default_impressions")]
+    pub impression: Vec<String>,
+    /// Names of clicks.
+    #[serde(default = "default_clicks")]
+    pub click: Vec<String>,
+    /// Names of conversions.
+    #[serde(default = "default_conversions")]
+    pub conversion: Vec<String>,
+}
+
+impl Default for EventTypes {
+    fn default() -> Self {
+        Self {
+            impression: default_impressions(),
+            click: default_clicks(),
+            conversion: default_conversions(),
+        }
+    }
+}
+
+fn default_impressions() -> Vec<String> {
+    vec!["impression".into()]
+}
+fn default_clicks() -> Vec<String> {
+    vec!["click".into()]
+}
+fn default_conversions() -> Vec<String> {
+    vec!["conversion".into()]
+}
+
+impl EventTypes {
+    /// What an event type field's value means.
+    fn kind(&self, value: &str) -> EventKind {
+        let named = |names: &[String]| names.iter().any(|n| n.eq_ignore_ascii_case(value));
+        if named(&self.impression) {
+            EventKind::Impression
+        } else if named(&self.click) {
+            EventKind::Click
+        } else if named(&self.conversion) {
+            EventKind::Conversion
+        } else {
+            EventKind::Other(value.to_owned())
+        }
+    }
+
+    /// Refuses lists that cannot be meant: no impression name, an empty name, or one name (in
+    /// any case) for two kinds of event.
+    pub fn check(&self) -> Result<(), String> {
+        if self.impression.is_empty() {
+            return Err("input.json-fields.event-types.impression must name at least one event type: without impressions no row is written".into());
+        }
+        let lists = [
+            ("impression", &self.impression),
+            ("click", &self.click),
+            ("conversion", &self.conversion),
+        ];
+        for (i, (kind, names)) in lists.iter().enumerate() {
+            for name in names.iter() {
+                if name.is_empty() {
+                    return Err(format!(
+                        "input.json-fields.event-types.{kind} holds an empty name"
+                    ));
+                }
+                for (other, others) in &lists[i + 1..] {
+                    if others.iter().any(|o| o.eq_ignore_ascii_case(name)) {
+                        return Err(format!(
+                            "input.json-fields.event-types: {name:?} names both {kind}s and {other}s (names are compared without regard to case)"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The unit of a numeric event time in JSON events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeUnit {
+    /// Epoch seconds (Python's `time.time()`, Unix tools).
+    Seconds,
+    /// Epoch milliseconds (Java's `System.currentTimeMillis()`, JavaScript's `Date.now()`).
+    #[default]
+    Milliseconds,
+    /// Epoch microseconds.
+    Microseconds,
+    /// Epoch nanoseconds.
+    Nanoseconds,
+}
+
+impl TimeUnit {
+    /// How many of the unit make a second.
+    fn per_second(self) -> i64 {
+        match self {
+            TimeUnit::Seconds => 1,
+            TimeUnit::Milliseconds => 1_000,
+            TimeUnit::Microseconds => 1_000_000,
+            TimeUnit::Nanoseconds => 1_000_000_000,
+        }
+    }
+
+    /// Its name in the config.
+    fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Seconds => "seconds",
+            TimeUnit::Milliseconds => "milliseconds",
+            TimeUnit::Microseconds => "microseconds",
+            TimeUnit::Nanoseconds => "nanoseconds",
+        }
+    }
+
+    /// Seconds since the epoch and nanoseconds into that second of `count` units, exactly.
+    fn split(self, count: i64) -> (i64, i64) {
+        let per = self.per_second();
+        (
+            count.div_euclid(per),
+            count.rem_euclid(per) * (1_000_000_000 / per),
+        )
+    }
+
+    /// The same for a fractional count (`1764439200.25` seconds), to the nearest nanosecond
+    /// of the fraction; `None` when it is not finite or no time at all. Whole units and the
+    /// fraction are split before scaling: scaling first would lose the fraction's precision
+    /// to the magnitude of the whole.
+    fn split_fraction(self, count: f64) -> Option<(i64, i64)> {
+        let whole = count.floor();
+        // Past ±9.2e18 units an i64 cannot hold it (and no unit puts a valid time there).
+        if !whole.is_finite() || whole.abs() >= 9.2e18 {
+            return None;
+        }
+        #[allow(clippy::cast_possible_truncation)] // bounded above; the fraction below 1e9
+        let (whole, fraction_ns) = (
+            whole as i64,
+            ((count - whole) * (1e9 / self.per_second() as f64)).round() as i64,
+        );
+        let (seconds, nanos) = self.split(whole);
+        let nanos = nanos + fraction_ns;
+        // Rounding may carry into the next second.
+        Some((seconds + nanos / 1_000_000_000, nanos % 1_000_000_000))
+    }
+}
+
+/// A number spelled as text (`"1764439200123"`, `"1764439200.5"`): digits with at most one
+/// point and an optional leading minus; no exponent, no `inf` or `NaN`.
+fn numeric_text(s: &str) -> Option<serde_json::Number> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let plain = !digits.is_empty()
+        && digits.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+        && digits.bytes().filter(|&c| c == b'.').count() <= 1
+        && digits.bytes().any(|c| c.is_ascii_digit());
+    if !plain {
+        return None;
+    }
+    match s.parse::<i64>() {
+        Ok(n) => Some(n.into()),
+        Err(_) => s.parse::<f64>().ok().and_then(serde_json::Number::from_f64),
     }
 }
 
@@ -242,39 +424,48 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
         field: fields.event_time.clone(),
         value,
     };
+    let unit = fields.event_time_unit;
+    let number = |n: &serde_json::Number| -> Result<i64, EventError> {
+        let split = match n.as_i64() {
+            Some(count) => Some(unit.split(count)),
+            // An integer past i64::MAX units.
+            None if n.is_u64() => return Err(out_of_range(format!("{n} ({})", unit.name()))),
+            None => n.as_f64().and_then(|x| unit.split_fraction(x)),
+        };
+        let (seconds, nanos) = split.ok_or_else(|| EventError::Field {
+            field: fields.event_time.clone(),
+            problem: format!("{n} is not a number of {}", unit.name()),
+        })?;
+        event_time_us(seconds, nanos).map_err(|_| out_of_range(format!("{n} ({})", unit.name())))
+    };
     let time_us = match field(picked.event_time, &fields.event_time)? {
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(ms) => event_time_us(ms.div_euclid(1000), ms.rem_euclid(1000) * 1_000_000)
-                .map_err(|_| out_of_range(n.to_string()))?,
-            // An integer past i64::MAX milliseconds.
-            None if n.is_u64() => return Err(out_of_range(n.to_string())),
+        serde_json::Value::Number(n) => number(&n)?,
+        serde_json::Value::String(s) => match numeric_text(&s) {
+            Some(n) => number(&n)?,
             None => {
-                return Err(EventError::Field {
+                let (seconds, nanos) = parse_rfc3339(&s).ok_or_else(|| EventError::Field {
                     field: fields.event_time.clone(),
-                    problem: format!("{n} is not epoch milliseconds"),
-                });
+                    problem: format!(
+                        "{s:?} is neither RFC 3339 (2026-11-29T18:00:00Z) nor a number of {}",
+                        unit.name()
+                    ),
+                })?;
+                event_time_us(seconds, nanos).map_err(|_| out_of_range(format!("{s:?}")))?
             }
         },
-        serde_json::Value::String(s) => {
-            let (seconds, nanos) = parse_rfc3339(&s).ok_or_else(|| EventError::Field {
-                field: fields.event_time.clone(),
-                problem: format!("{s:?} is not RFC 3339 (2026-11-29T18:00:00Z)"),
-            })?;
-            event_time_us(seconds, nanos).map_err(|_| out_of_range(format!("{s:?}")))?
-        }
         other => {
             return Err(EventError::Field {
                 field: fields.event_time.clone(),
-                problem: format!("expected epoch milliseconds or RFC 3339 text, got {other}"),
+                problem: format!(
+                    "expected a number of {} or RFC 3339 text, got {other}",
+                    unit.name()
+                ),
             });
         }
     };
     let event_type = field(picked.event_type, &fields.event_type)?;
     let kind = match event_type.as_str() {
-        Some("impression") => EventKind::Impression,
-        Some("click") => EventKind::Click,
-        Some("conversion") => EventKind::Conversion,
-        Some(other) if !other.is_empty() => EventKind::Other(other.to_owned()),
+        Some(name) if !name.is_empty() => fields.event_types.kind(name),
         _ => return Err(EventError::EventType(event_type.to_string())),
     };
     let mut labels = BTreeMap::new();
@@ -484,6 +675,7 @@ mod tests {
             event_time: "ts".into(),
             event_type: "action".into(),
             labels: vec!["dwell".into()],
+            ..JsonFields::default()
         };
         let e = from_json(
             br#"{"rid":"r2","sku":"a-1","ts":"2025-11-29T18:00:00.5+01:00","action":"impression","dwell":3.5}"#,
@@ -504,12 +696,15 @@ mod tests {
         // null as missing, a label that is not a number ignored.
         let e = from_json(
             br#"{"request_id":"r1","extra":{"a":[1,{"b":null}]},"item_id":"i0","item_id":"i1",
-                "event_time":1000,"event_type":"click","dwell":null,"price":"12","x":[true]}"#,
+                "event_time":1764439201000,"event_type":"click","dwell":null,"price":"12","x":[true]}"#,
             &f,
         )
         .unwrap();
         assert_eq!((e.request_id.as_str(), e.item_id.as_str()), ("r1", "i1"));
-        assert_eq!((e.time_us, &e.kind), (1_000_000, &EventKind::Click));
+        assert_eq!(
+            (e.time_us, &e.kind),
+            (1_764_439_201_000_000, &EventKind::Click)
+        );
         assert!(e.labels.is_empty(), "{:?}", e.labels);
         // One field named twice in the config fills both.
         let twice = JsonFields {
@@ -517,16 +712,16 @@ mod tests {
             ..JsonFields::default()
         };
         let e = from_json(
-            br#"{"request_id":7,"item_id":"i","event_time":5,"event_type":"impression"}"#,
+            br#"{"request_id":7,"item_id":"i","event_time":1764439200005,"event_type":"impression"}"#,
             &twice,
         )
         .unwrap();
         assert_eq!(e.request_id, "7");
-        assert_eq!(e.labels.get("event_time"), Some(&5.0));
+        assert_eq!(e.labels.get("event_time"), Some(&1_764_439_200_005.0));
         // Trailing garbage after the object is not JSON.
         assert_eq!(
             from_json(
-                br#"{"request_id":"r","item_id":"i","event_time":1,"event_type":"click"} x"#,
+                br#"{"request_id":"r","item_id":"i","event_time":1764439200123,"event_type":"click"} x"#,
                 &f
             )
             .unwrap_err()
@@ -534,7 +729,7 @@ mod tests {
             "bad_json"
         );
         let err = from_json(
-            br#"{"request_id":"r","item_id":true,"event_time":1,"event_type":"click"}"#,
+            br#"{"request_id":"r","item_id":true,"event_time":1764439200123,"event_type":"click"}"#,
             &f,
         )
         .unwrap_err();
@@ -550,10 +745,10 @@ mod tests {
         for (payload, reason) in [
             (&b"{not json"[..], "bad_json"),
             (b"[1,2]", "bad_json"),
-            (br#"{"item_id":"i","event_time":1,"event_type":"click"}"#, "bad_field"),
+            (br#"{"item_id":"i","event_time":1764439200123,"event_type":"click"}"#, "bad_field"),
             (br#"{"request_id":"r","item_id":"i","event_time":"yesterday","event_type":"click"}"#, "bad_field"),
-            (br#"{"request_id":"r","item_id":1.5,"event_time":1,"event_type":"click"}"#, "bad_field"),
-            (br#"{"request_id":"r","item_id":"i","event_time":1,"event_type":""}"#, "unknown_event_type"),
+            (br#"{"request_id":"r","item_id":1.5,"event_time":1764439200123,"event_type":"click"}"#, "bad_field"),
+            (br#"{"request_id":"r","item_id":"i","event_time":1764439200123,"event_type":""}"#, "unknown_event_type"),
         ] {
             assert_eq!(from_json(payload, &f).unwrap_err().reason(), reason, "{:?}", String::from_utf8_lossy(payload));
         }
@@ -569,7 +764,7 @@ mod tests {
             request_id: "r".into(),
             item_id: "i".into(),
             event_time: Some(prost_types::Timestamp {
-                seconds: 10,
+                seconds: 1_764_439_200,
                 nanos: 5_000,
             }),
             event_type: EventType::Conversion as i32,
@@ -577,7 +772,7 @@ mod tests {
             labels: [("revenue".to_string(), 9.5)].into(),
         };
         let e = from_protobuf(&m.encode_to_vec()).unwrap();
-        assert_eq!(e.time_us, 10_000_005);
+        assert_eq!(e.time_us, 1_764_439_200_000_005);
         assert_eq!(e.kind, EventKind::Conversion);
         assert_eq!(e.labels.get("revenue"), Some(&9.5));
     }
@@ -644,9 +839,9 @@ mod tests {
         }
     }
 
-    /// Event times before 1970 or from 2200 on, however they come, are refused with their own
+    /// Event times before 2000 or from 2200 on, however they come, are refused with their own
     /// reason: microseconds in an epoch-milliseconds field (the year ~57,000) used to pass and
-    /// pin the watermark in the far future.
+    /// pin the watermark in the far future, and seconds there (January 1970) joined nothing.
     #[test]
     fn event_times_outside_the_window_are_refused_and_say_so() {
         let f = JsonFields::default();
@@ -663,6 +858,9 @@ mod tests {
             "1764439200123000",
             "7258118400000",
             "-1",
+            "0",
+            "1764439200",
+            "946684799999",
             "9223372036854775807",
             "-9223372036854775808",
             "18446744073709551615",
@@ -670,14 +868,19 @@ mod tests {
             r#""9999-12-31T23:59:59.999999Z""#,
             r#""1969-12-31T23:59:59.999999Z""#,
             r#""1970-01-01T00:30:00+01:00""#,
+            r#""1999-12-31T23:59:59.999999Z""#,
+            r#""1764439200""#,
             r#""0000-01-01T00:00:00Z""#,
         ] {
             let err = json(time).unwrap_err();
             assert_eq!(err.reason(), "event_time_out_of_range", "{time}: {err}");
             assert!(err.to_string().contains(EVENT_TIME_WINDOW), "{err}");
         }
-        // The edges of the window, and fractions of a millisecond that are not integers.
-        assert_eq!(json("0").map(|e| e.time_us), Ok(0));
+        // The edges of the window.
+        assert_eq!(
+            json("946684800000").map(|e| e.time_us),
+            Ok(946_684_800_000_000)
+        );
         assert_eq!(
             json("7258118399999").map(|e| e.time_us),
             Ok(7_258_118_399_999_000)
@@ -686,7 +889,6 @@ mod tests {
             json(r#""2199-12-31T23:59:59.999999Z""#).map(|e| e.time_us),
             Ok(7_258_118_399_999_999)
         );
-        assert_eq!(json("1.5e12").unwrap_err().reason(), "bad_field");
 
         let impression = |seconds: i64, nanos: i32| {
             from_impression(Impression {
@@ -702,6 +904,8 @@ mod tests {
             (i64::MAX, 999_999_999),
             (i64::MIN, 0),
             (-1, 999_999_999),
+            (0, 0),
+            (MIN_EVENT_TIME_S - 1, 999_999_999),
             (END_EVENT_TIME_S, 0),
             (1_764_439_200_123, 0),
         ] {
@@ -721,7 +925,160 @@ mod tests {
             impression(END_EVENT_TIME_S - 1, 999_999_999).map(|e| e.time_us),
             Ok(7_258_118_399_999_999)
         );
-        assert_eq!(impression(0, 0).map(|e| e.time_us), Ok(0));
+        assert_eq!(
+            impression(MIN_EVENT_TIME_S, 0).map(|e| e.time_us),
+            Ok(946_684_800_000_000)
+        );
+    }
+
+    /// Apps send event times in the unit their language makes easy: each configured unit reads
+    /// integers exactly, fractions to the nanosecond, and numbers sent as text; the same instant
+    /// comes out of each.
+    #[test]
+    fn event_times_in_every_unit_read_the_same_instant() {
+        let at = |unit: TimeUnit, time: &str| {
+            let f = JsonFields {
+                event_time_unit: unit,
+                ..JsonFields::default()
+            };
+            from_json(
+                format!(
+                    r#"{{"request_id":"r","item_id":"i","event_time":{time},"event_type":"click"}}"#
+                )
+                .as_bytes(),
+                &f,
+            )
+            .map(|e| e.time_us)
+        };
+        let instant = Ok(1_764_439_200_250_000);
+        for (unit, times) in [
+            (
+                TimeUnit::Seconds,
+                ["1764439200.25", r#""1764439200.25""#, "1764439200.250000"],
+            ),
+            (
+                TimeUnit::Milliseconds,
+                ["1764439200250", r#""1764439200250""#, "1764439200250.0"],
+            ),
+            (
+                TimeUnit::Microseconds,
+                [
+                    "1764439200250000",
+                    r#""1764439200250000""#,
+                    "1.76443920025e15",
+                ],
+            ),
+            (
+                TimeUnit::Nanoseconds,
+                [
+                    "1764439200250000000",
+                    r#""1764439200250000000""#,
+                    r#""1764439200250000000""#,
+                ],
+            ),
+        ] {
+            for time in times {
+                assert_eq!(at(unit, time), instant, "{unit:?} {time}");
+            }
+        }
+        // A millisecond's fraction is kept to the microsecond.
+        assert_eq!(
+            at(TimeUnit::Milliseconds, "1764439200250.5"),
+            Ok(1_764_439_200_250_500)
+        );
+        // Seconds where milliseconds are configured: refused, and the message says how to fix it.
+        let err = at(TimeUnit::Milliseconds, "1764439200").unwrap_err();
+        assert_eq!(err.reason(), "event_time_out_of_range");
+        assert!(
+            err.to_string().contains("1764439200 (milliseconds)"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("event-time-unit"), "{err}");
+        // Milliseconds where seconds are configured: the year ~57,000.
+        assert_eq!(
+            at(TimeUnit::Seconds, "1764439200250").unwrap_err().reason(),
+            "event_time_out_of_range"
+        );
+        // Text that is neither a number nor RFC 3339, and numbers that are not times.
+        for time in [
+            r#""1e12""#,
+            r#""NaN""#,
+            r#""inf""#,
+            r#""1.2.3""#,
+            r#""-""#,
+            r#""""#,
+            r#"" 1764439200250""#,
+        ] {
+            let err = at(TimeUnit::Milliseconds, time).unwrap_err();
+            assert_eq!(err.reason(), "bad_field", "{time}: {err}");
+        }
+        assert_eq!(
+            at(TimeUnit::Seconds, "1e300").unwrap_err().reason(),
+            "bad_field"
+        );
+        // Config spelling (the joiner's config tests read it from TOML and the environment).
+        let fields: JsonFields = serde_json::from_str(r#"{"event-time-unit":"seconds"}"#).unwrap();
+        assert_eq!(fields.event_time_unit, TimeUnit::Seconds);
+        assert!(serde_json::from_str::<JsonFields>(r#"{"event-time-unit":"minutes"}"#).is_err());
+    }
+
+    /// An app's own names for its events, in any case, are the events they are configured
+    /// as; the defaults match in any case too; names that cannot be meant are refused.
+    #[test]
+    fn event_types_are_the_apps_names_in_any_case() {
+        let kind = |fields: &JsonFields, name: &str| {
+            from_json(
+                format!(
+                    r#"{{"request_id":"r","item_id":"i","event_time":1764439200123,"event_type":"{name}"}}"#
+                )
+                .as_bytes(),
+                fields,
+            )
+            .map(|e| e.kind)
+        };
+        let defaults = JsonFields::default();
+        for (name, expected) in [
+            ("impression", EventKind::Impression),
+            ("IMPRESSION", EventKind::Impression),
+            ("Click", EventKind::Click),
+            ("CONVERSION", EventKind::Conversion),
+            ("view", EventKind::Other("view".into())),
+            ("Dwell", EventKind::Other("Dwell".into())),
+        ] {
+            assert_eq!(kind(&defaults, name), Ok(expected), "{name}");
+        }
+        let app: JsonFields = serde_json::from_str(
+            r#"{"event-types":{"impression":["view","exposure"],"conversion":["purchase"]}}"#,
+        )
+        .unwrap();
+        assert!(app.event_types.check().is_ok());
+        for (name, expected) in [
+            ("VIEW", EventKind::Impression),
+            ("exposure", EventKind::Impression),
+            // Not an impression any more: only the names given are.
+            ("impression", EventKind::Other("impression".into())),
+            ("click", EventKind::Click),
+            ("Purchase", EventKind::Conversion),
+            ("conversion", EventKind::Other("conversion".into())),
+        ] {
+            assert_eq!(kind(&app, name), Ok(expected), "{name}");
+        }
+        for (types, says) in [
+            (r#"{"impression":[]}"#, "at least one"),
+            (r#"{"click":[""]}"#, "empty name"),
+            (
+                r#"{"impression":["view"],"click":["View"]}"#,
+                "names both impressions and clicks",
+            ),
+            (
+                r#"{"click":["tap"],"conversion":["TAP"]}"#,
+                "names both clicks and conversions",
+            ),
+        ] {
+            let t: EventTypes = serde_json::from_str(types).unwrap();
+            let err = t.check().unwrap_err();
+            assert!(err.contains(says), "{types}: {err}");
+        }
     }
 
     #[test]
