@@ -382,6 +382,11 @@ struct Setup {
     dir: tempfile::TempDir,
     /// (request, item) pairs that were impressed, with their click count.
     expected: BTreeMap<(String, String), u32>,
+    /// The sidecar's `sample-rate` for the ranker: only requests in the sample are logged and
+    /// expected as rows; the app sends events for all of them.
+    sample_rate: f64,
+    /// App events sent for requests outside the sample.
+    unsampled_events: usize,
 }
 
 impl Setup {
@@ -411,6 +416,17 @@ async fn setup(kafka: TestKafka, requests: u32, waves: u32) -> Setup {
 /// id, CRC32) or, `by_request`, co-partitioned with the feature logs: keyed by request id with
 /// murmur2 (as Kafka's Java client does) into as many partitions.
 async fn setup_with(kafka: TestKafka, requests: u32, waves: u32, by_request: bool) -> Setup {
+    setup_sampled(kafka, requests, waves, by_request, 1.0).await
+}
+
+/// `setup_with`, the sidecar logging only the requests in a sample of `sample_rate`.
+async fn setup_sampled(
+    kafka: TestKafka,
+    requests: u32,
+    waves: u32,
+    by_request: bool,
+    sample_rate: f64,
+) -> Setup {
     let features = kafka.unique_topic("join-features", 4).await;
     let events = kafka
         .unique_topic("join-events", if by_request { 4 } else { 3 })
@@ -424,6 +440,8 @@ async fn setup_with(kafka: TestKafka, requests: u32, waves: u32, by_request: boo
         dead_letter,
         dir,
         expected: BTreeMap::new(),
+        sample_rate,
+        unsampled_events: 0,
     };
     let waves: Vec<_> = (0..waves)
         .map(|wave| wave * requests..(wave + 1) * requests)
@@ -445,12 +463,13 @@ async fn send_wave(s: &mut Setup, seeds: std::ops::Range<u32>) {
 async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request: bool) {
     let kafka = &s.kafka;
     let (model_addr, stop) = model_server(&["ranker"]).await;
+    let allow = format!("{ALLOW}sample-rate = {:?}\n", s.sample_rate);
     let config = sidecar_config(
         s.dir.path(),
         model_addr,
         Some(&kafka.config),
         &s.features,
-        ALLOW,
+        &allow,
     );
     let sidecar = sidecar(config).await;
     let mut via = client(sidecar.local_addr).await;
@@ -469,8 +488,12 @@ async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request
             app.push(app_event(&id, &item(2), t + 20, "click"));
             app.push(app_event(&id, &item(0), t + 10, "impression"));
             app.push(app_event(&id, &item(2), t + 10, "impression"));
-            s.expected.insert((id.clone(), item(0)), 0);
-            s.expected.insert((id.clone(), item(2)), 1);
+            if featurelog_schemas::sampling::sampled(&id, s.sample_rate) {
+                s.expected.insert((id.clone(), item(0)), 0);
+                s.expected.insert((id.clone(), item(2)), 1);
+            } else {
+                s.unsampled_events += 3;
+            }
         }
         if seeds.start == 0 {
             app.push(AppEvent {
@@ -503,6 +526,71 @@ fn check_exact(d: &Dataset, expected: &BTreeMap<(String, String), u32>, what: &s
         })
         .collect();
     assert_eq!(&got, expected, "{what}: rows or click labels differ");
+}
+
+/// The sidecar logs a sample of the requests, the app sends events for all of them, and the
+/// joiner is told the sidecar's rate: the events of requests outside the sample are dropped
+/// as they are read and counted, instead of waiting in the state for features that never come
+/// (and being counted as impressions without features); the sampled requests' rows are all
+/// there, routed or read directly.
+async fn events_outside_the_sidecars_sample(name: &str, by_request: bool) {
+    let Some(kafka) = kafka(name) else {
+        return;
+    };
+    let s = setup_sampled(kafka, 16, 1, by_request, 0.5).await;
+    assert!(
+        !s.expected.is_empty() && s.unsampled_events > 0,
+        "the sample must split the requests"
+    );
+    let out = s.dir.path().join("dataset");
+    let config = s.joiner_config("sampled", &s.kafka.unique_group("sampled"), &out);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("[input]\n", "[input]\nevents-sample-rate = 0.5\n");
+    std::fs::write(&config, text).unwrap();
+    if by_request {
+        set_events_partitioning(&config, "by-request-id");
+    }
+    let metrics = serve_metrics_on_a_known_port(&config);
+    let joiner = Joiner::start(&config);
+    let d = wait_for_rows(&out, s.expected.len(), "sampled").await;
+    check_exact(&d, &s.expected, "sampled");
+    expect_metric(
+        metrics,
+        &format!(
+            "featurelog_join_events_not_sampled_total {}\n",
+            s.unsampled_events
+        ),
+    )
+    .await;
+    // Nothing of theirs is held: every buffered request is one the sidecar logged.
+    expect_metric(
+        metrics,
+        &format!(
+            "featurelog_join_buffered_requests {}\n",
+            s.expected.len() / 2
+        ),
+    )
+    .await;
+    assert!(joiner.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routed_events_outside_the_sidecars_sample_are_dropped_and_counted() {
+    events_outside_the_sidecars_sample(
+        "routed_events_outside_the_sidecars_sample_are_dropped_and_counted",
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn co_partitioned_events_outside_the_sidecars_sample_are_dropped_and_counted() {
+    events_outside_the_sidecars_sample(
+        "co_partitioned_events_outside_the_sidecars_sample_are_dropped_and_counted",
+        true,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

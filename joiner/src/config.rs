@@ -96,6 +96,15 @@ pub struct InputConfig {
     /// How the apps partition the events topic (docs/JOINER.md, "Co-partitioned events").
     #[serde(default)]
     pub events_partitioning: EventsPartitioning,
+    /// The sidecars' `sample-rate`: events of requests outside that sample (by the same hash
+    /// of the request id, `featurelog_schemas::sampling`) are dropped as they are read, since
+    /// no features were logged for them.
+    #[serde(default = "default_sample_rate")]
+    pub events_sample_rate: f64,
+}
+
+fn default_sample_rate() -> f64 {
+    1.0
 }
 
 /// How the apps partition the events topic, which decides whether the joiner must move every
@@ -471,6 +480,12 @@ impl JoinerConfig {
         config.kafka.check().map_err(err)?;
         let i = &config.input;
         i.json_fields.event_types.check().map_err(err)?;
+        if !(0.0..=1.0).contains(&i.events_sample_rate) {
+            return Err(err(
+                "input.events-sample-rate must be between 0 and 1 (the sidecars' sample-rate)"
+                    .into(),
+            ));
+        }
         for (what, topic) in [
             ("input.features-topic", &i.features_topic),
             ("input.events-topic", &i.events_topic),
@@ -650,6 +665,28 @@ mod tests {
         );
         let err = with(&in_file.replace("\"seconds\"", "\"minutes\""), Vec::new()).unwrap_err();
         assert!(err.to_string().contains("milliseconds"), "{err}");
+    }
+
+    #[test]
+    fn an_events_sample_rate_outside_0_to_1_is_refused() {
+        for rate in ["-0.1", "1.5", "nan"] {
+            let err = JoinerConfig::from_toml_with_env(
+                Path::new("join.toml"),
+                MINIMAL,
+                [(
+                    "FEATURELOG_JOIN__INPUT__EVENTS_SAMPLE_RATE".to_string(),
+                    rate.to_string(),
+                )],
+            )
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("events-sample-rate"),
+                "{rate}: {err}"
+            );
+        }
+        let c =
+            JoinerConfig::from_toml_with_env(Path::new("join.toml"), MINIMAL, Vec::new()).unwrap();
+        assert_eq!(c.input.events_sample_rate, 1.0);
     }
 
     #[test]

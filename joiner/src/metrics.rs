@@ -35,6 +35,8 @@ pub struct JoinMetrics {
     pub dead_letters: Family<Label, Counter>,
     /// Events moved to the repartition topic.
     pub events_routed: Counter,
+    /// Events dropped as they were read: their requests are outside the sidecars' sample.
+    pub events_not_sampled: Counter,
     /// Task checkpoints committed.
     pub commits: Counter,
     /// Tasks (partitions) this process runs.
@@ -65,6 +67,7 @@ impl JoinMetrics {
             late_rows: Counter::default(),
             dead_letters: Family::default(),
             events_routed: Counter::default(),
+            events_not_sampled: Counter::default(),
             commits: Counter::default(),
             tasks: Gauge::default(),
             state_bytes: Gauge::default(),
@@ -95,6 +98,11 @@ impl JoinMetrics {
             "events_routed",
             "App events moved to the repartition topic",
             m.events_routed.clone(),
+        );
+        r.register(
+            "events_not_sampled",
+            "App events dropped because their requests are outside input.events-sample-rate",
+            m.events_not_sampled.clone(),
         );
         r.register("commits", "Task checkpoints committed", m.commits.clone());
         r.register("tasks", "Tasks this process runs", m.tasks.clone());

@@ -991,6 +991,12 @@ async fn router(
                 let source = sources.entry(message.partition()).or_insert_with(Source::new);
                 source.last_seen = std::time::Instant::now();
                 match decoded {
+                    // Its time still counts for the watermark: the app's events are in order
+                    // whether or not the sidecars logged their requests.
+                    Ok(e) if !in_sample(&config, &e) => {
+                        source.routed_us = source.routed_us.max(e.time_us);
+                        metrics.events_not_sampled.inc();
+                    }
                     Ok(e) => {
                         source.routed_us = source.routed_us.max(e.time_us);
                         let partition = murmur2_partition(e.request_id.as_bytes(), partitions);
@@ -1166,6 +1172,13 @@ fn events_key(partitioning: EventsPartitioning) -> &'static str {
 }
 
 /// An app event as the config says apps encode them.
+/// Whether `e`'s request is in the sidecars' sample (`input.events-sample-rate`). An event of
+/// a request outside it would wait `impressions-wait` in the state for features that were never
+/// logged, and be counted as an impression without features, hiding real losses among them.
+fn in_sample(config: &JoinerConfig, e: &Event) -> bool {
+    featurelog_schemas::sampling::sampled(&e.request_id, config.input.events_sample_rate)
+}
+
 fn decode_event(config: &JoinerConfig, payload: &[u8]) -> Result<Event, event::EventError> {
     match config.input.events_format {
         EventFormat::Protobuf => event::from_protobuf(payload),
@@ -1694,7 +1707,12 @@ async fn join(
                     match decoded {
                         Ok(e) if murmur2_partition(e.request_id.as_bytes(), partitions) == p => {
                             let time_us = e.time_us;
-                            let mut rows = task.state.add_event(e);
+                            let mut rows = if in_sample(&config, &e) {
+                                task.state.add_event(e)
+                            } else {
+                                metrics.events_not_sampled.inc();
+                                task.state.advance()
+                            };
                             // After the event: progress up to its time must not make it late.
                             rows.extend(task.state.source_progress(p, time_us));
                             rows

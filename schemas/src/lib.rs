@@ -5,8 +5,10 @@
 //! - [`featurelog::v1`]: the records featurelog publishes: [`FeatureLog`](featurelog::v1::FeatureLog)
 //!   (what a model consumed, per candidate) and [`Impression`](featurelog::v1::Impression) (what the
 //!   app showed and what the user did).
+//! - [`sampling`]: which requests a sample rate keeps, as every side computes it.
 
 mod datatype;
+pub mod sampling;
 pub mod tensor;
 
 /// The Open Inference Protocol (KServe V2), package `inference`.

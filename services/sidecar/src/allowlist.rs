@@ -47,7 +47,7 @@ pub struct ModelRule {
     #[serde(default)]
     pub parameters: Vec<String>,
     /// The fraction of requests logged, chosen by a hash of the request id (see
-    /// [`crate::sampling`]) so that the impression side can pick the same requests.
+    /// [`featurelog_schemas::sampling`]) so that the impression side can pick the same requests.
     #[serde(default = "one")]
     pub sample_rate: f64,
     /// Log only the best `k` candidates by an output.

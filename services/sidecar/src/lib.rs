@@ -21,7 +21,6 @@ pub mod lazy;
 pub mod metrics;
 pub mod proxy;
 pub mod publisher;
-pub mod sampling;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -30,7 +30,7 @@ use crate::config::{AdaptiveConfig, PublishConfig};
 use crate::direct::PlanCache;
 use crate::extract::{CallContext, extract};
 use crate::metrics::Metrics;
-use crate::sampling;
+use featurelog_schemas::sampling;
 
 /// librdkafka settings the sidecar starts from; `[kafka.properties]` overrides any of them.
 pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[

@@ -1,4 +1,6 @@
-//! Which requests are logged when a model's `sample-rate` is below 1.
+//! Which requests are logged when a model's `sample-rate` is below 1: a contract between the
+//! sidecar, which logs the requests in the sample, and the impression side (the joiner's
+//! `input.events-sample-rate`), which keeps only their events.
 //!
 //! The decision is a pure function of the request id, so any other system (the app that
 //! publishes impressions, a Spark job) can compute the same one: take the 64-bit FNV-1a hash of
