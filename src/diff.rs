@@ -23,7 +23,8 @@ enum Format {
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
     /// Served features: a Parquet or CSV file, or a directory of them (hive partitions
-    /// included), usually the joiner's output.
+    /// included), usually the joiner's output; or `s3://bucket/prefix` (S3 settings and
+    /// credentials from the environment, as the AWS tools read them).
     #[arg(long, value_name = "PATH")]
     served: PathBuf,
     /// The offline pipeline's features, same forms; this side is held in memory (columnar).

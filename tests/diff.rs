@@ -1702,3 +1702,87 @@ fn null_rates_shift_the_distributions() {
     assert!(text.contains("null% s/o"), "{text}");
     assert!(text.contains("30.00%/0%"), "{text}");
 }
+
+/// Copies every file under `dir` to the test S3 server under `prefix`, with its relative path.
+fn upload_dir(s3: &featurelog_testkit::TestS3, dir: &Path, prefix: &str) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let relative = path.strip_prefix(dir).unwrap().to_str().unwrap().to_owned();
+            let bytes = std::fs::read(&path).unwrap();
+            runtime.block_on(s3.put(&format!("{prefix}/{relative}"), bytes));
+        }
+    }
+}
+
+/// `featurelog diff --format json` with `env`, as (exit code, report, stderr).
+fn diff_json_with_env(served: &str, offline: &str, env: &[(&str, String)]) -> (i32, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+        .args(["diff", "--served", served, "--offline", offline])
+        .args(["--key", "request_id,item_id", "--format", "json"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), report, err)
+}
+
+/// The joiner's dataset on S3, as it is once joiners scale out, and the offline table there
+/// too: `s3://` inputs (a prefix, or one object) give the same report as the same files read
+/// locally, name their URLs, and skip the dataset's bookkeeping (`_featurelog/`, pending
+/// files, which are not Parquet and would fail the read); a prefix with no data exits 2 and
+/// says so.
+#[test]
+fn s3_inputs_give_the_report_of_the_same_files_read_locally() {
+    let Some(s3) =
+        featurelog_testkit::s3("s3_inputs_give_the_report_of_the_same_files_read_locally")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served");
+    write_served(&served);
+    let offline = dir.path().join("offline.parquet");
+    write_offline_parquet(&offline);
+    let prefix = s3.unique_prefix("diff");
+    upload_dir(&s3, &served, &format!("{prefix}/dataset"));
+    // The offline table as one object among others.
+    upload_dir(&s3, dir.path(), &format!("{prefix}/all"));
+
+    let (local_code, local, local_err) =
+        diff_json_with_env(served.to_str().unwrap(), offline.to_str().unwrap(), &[]);
+    assert_eq!(local_code, 1, "{local_err}");
+    let env = s3.aws_env();
+    let (served_url, offline_url) = (
+        s3.url(&format!("{prefix}/dataset")),
+        s3.url(&format!("{prefix}/all/offline.parquet")),
+    );
+    let (code, remote, err) = diff_json_with_env(&served_url, &offline_url, &env);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(remote["served"]["path"], served_url.as_str());
+    assert_eq!(remote["offline"]["path"], offline_url.as_str());
+    for part in ["coverage", "schema", "features", "violations", "verdict"] {
+        assert_eq!(remote[part], local[part], "{part}");
+    }
+    for side in ["served", "offline"] {
+        for count in ["files", "rows", "columns"] {
+            assert_eq!(remote[side][count], local[side][count], "{side} {count}");
+        }
+    }
+
+    // Nothing there: an error that names the URL, not a pass.
+    let empty = s3.url(&format!("{prefix}/nothing"));
+    let (code, _, err) = diff_json_with_env(&empty, &offline_url, &env);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&empty) && err.contains("no .parquet or .csv"),
+        "{err}"
+    );
+}

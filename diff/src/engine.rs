@@ -55,12 +55,29 @@ struct Worker {
     features: Vec<FeatureAcc>,
 }
 
-/// Runs a diff (see [`DiffOptions`]) and returns its judged report.
+/// One side's input: a local path, or an `s3://` URL copied to a temporary directory first
+/// (returned with it, to be kept while the input is read). Reports name the URL.
+fn open_input(
+    path: &std::path::Path,
+    keys: &[String],
+) -> Result<(Input, Option<crate::remote::Fetched>), DiffError> {
+    if crate::remote::s3_url(path).is_none() {
+        return Ok((Input::open(path, keys)?, None));
+    }
+    let copy = crate::remote::fetch(path)?;
+    let mut input = Input::open(&copy.root, keys)?;
+    input.root = path.to_owned();
+    Ok((input, Some(copy)))
+}
+
+/// Runs a diff (see [`DiffOptions`]) and returns its judged report. Either side may be a local
+/// path or an `s3://bucket/prefix` URL (settings from the environment, as the AWS tools').
 pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
     let start = Instant::now();
     let (served_keys, offline_keys) = crate::plan::key_names(opts);
-    let served = Input::open(&opts.served, &served_keys)?;
-    let offline_input = Input::open(&opts.offline, &offline_keys)?;
+    // `s3://` inputs are copied to local disk first (the copies go when the diff returns).
+    let (served, _served_copy) = open_input(&opts.served, &served_keys)?;
+    let (offline_input, _offline_copy) = open_input(&opts.offline, &offline_keys)?;
     let plan = plan(&served, &offline_input, opts)?;
     let threads = opts
         .threads

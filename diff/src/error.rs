@@ -9,6 +9,14 @@ use std::path::PathBuf;
 /// code 2 in the CLI); skew over a threshold is not an error but a [`crate::Verdict`].
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
+    /// An `s3://` input could not be listed or copied.
+    #[error("{url}: {message}")]
+    Remote {
+        /// The input as given.
+        url: String,
+        /// What failed.
+        message: String,
+    },
     /// A file or directory could not be read.
     #[error("reading {path}")]
     Io {

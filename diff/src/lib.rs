@@ -27,6 +27,7 @@ mod input;
 mod keys;
 mod options;
 mod plan;
+mod remote;
 pub mod render;
 pub mod report;
 mod stats;

@@ -101,6 +101,17 @@ impl TestS3 {
         )
     }
 
+    /// Writes `bytes` at `key` (a test's input).
+    ///
+    /// # Panics
+    /// When the server cannot be reached.
+    pub async fn put(&self, key: &str, bytes: Vec<u8>) {
+        self.store()
+            .put(&ObjectPath::from(key), bytes.into())
+            .await
+            .unwrap_or_else(|e| panic!("writing {}: {e}", self.url(key)));
+    }
+
     /// Every object under `prefix`, as (key relative to the prefix, content), sorted by key.
     ///
     /// # Panics
