@@ -352,8 +352,44 @@ fn default_event_type() -> String {
 
 /// Decodes a protobuf `featurelog.v1.Impression`.
 pub fn from_protobuf(payload: &[u8]) -> Result<Event, EventError> {
+    let payload = unframe(payload, true).map_err(EventError::Protobuf)?;
     let m = Impression::decode(payload).map_err(|e| EventError::Protobuf(e.to_string()))?;
     from_impression(m)
+}
+
+/// The first byte of Confluent Schema Registry's wire format, followed by a 4-byte schema id
+/// (and, for protobuf, the indexes of the message in its schema) before the record itself.
+const SCHEMA_REGISTRY_MAGIC: u8 = 0;
+
+/// `payload` without the Confluent Schema Registry header that the Registry's serializers
+/// (KafkaJsonSchemaSerializer, KafkaProtobufSerializer and their ports) put in front of every
+/// record, when it has one; else `payload` as it is. Recognised by its first byte: neither a
+/// JSON text nor a protobuf message can start with 0 (field number 0 does not exist), so apps
+/// on the Registry need no setting, and every other record reads as before. The schema id is
+/// not looked up: the fields are read by name (JSON) or as `featurelog.v1.Impression`.
+fn unframe(payload: &[u8], protobuf: bool) -> Result<&[u8], String> {
+    if payload.first() != Some(&SCHEMA_REGISTRY_MAGIC) {
+        return Ok(payload);
+    }
+    let mut rest = payload
+        .get(5..)
+        .ok_or("a Schema Registry header (a 0 byte and a 4-byte schema id) cut short")?;
+    if protobuf {
+        // The message's indexes in its schema: a zigzag varint count, then the indexes; a
+        // count of 0 stands for [0], the first message.
+        let bad = |e: prost::DecodeError| format!("the Schema Registry message indexes: {e}");
+        let count = prost::encoding::decode_varint(&mut rest).map_err(bad)?;
+        let count = (count >> 1) ^ (count & 1).wrapping_neg();
+        if count > 100 {
+            return Err(format!(
+                "the Schema Registry message indexes: {count} of them is not a header"
+            ));
+        }
+        for _ in 0..count {
+            prost::encoding::decode_varint(&mut rest).map_err(bad)?;
+        }
+    }
+    Ok(rest)
 }
 
 /// Checks a decoded Impression and turns it into an event.
@@ -402,6 +438,7 @@ pub fn from_impression(m: Impression) -> Result<Event, EventError> {
 
 /// Decodes a JSON event with the configured field names.
 pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventError> {
+    let payload = unframe(payload, false).map_err(EventError::Json)?;
     let picked = Picked::parse(payload, fields)?;
     let missing = |name: &str| EventError::Field {
         field: name.into(),
@@ -1079,6 +1116,59 @@ mod tests {
             let err = t.check().unwrap_err();
             assert!(err.contains(says), "{types}: {err}");
         }
+    }
+
+    /// Apps whose producers use Confluent Schema Registry serializers put a header in front of
+    /// every record: the events read as without it, JSON and protobuf (message indexes of every
+    /// length); a header cut short is a bad record, not a panic.
+    #[test]
+    fn schema_registry_framed_events_read_as_plain_ones() {
+        let json =
+            br#"{"request_id":"r","item_id":"i","event_time":1764439200123,"event_type":"click"}"#;
+        let header = [SCHEMA_REGISTRY_MAGIC, 0, 0, 0, 42];
+        let plain = from_json(json, &JsonFields::default()).unwrap();
+        let framed = from_json(&[&header[..], json].concat(), &JsonFields::default()).unwrap();
+        assert_eq!(framed, plain);
+
+        let m = Impression {
+            request_id: "r".into(),
+            item_id: "i".into(),
+            event_time: Some(prost_types::Timestamp {
+                seconds: 1_764_439_200,
+                nanos: 0,
+            }),
+            event_type: EventType::Impression as i32,
+            event_name: String::new(),
+            labels: Default::default(),
+        }
+        .encode_to_vec();
+        let plain = from_protobuf(&m).unwrap();
+        // [0] as its shorthand, [0] spelled out, and [1, 2] (zigzag: count 2 is 4).
+        for indexes in [&[0u8][..], &[2, 0], &[4, 1, 2]] {
+            let framed = [&header[..], indexes, &m].concat();
+            assert_eq!(from_protobuf(&framed).unwrap(), plain, "{indexes:?}");
+        }
+        for cut in [&[0u8][..], &[0, 0, 0], &[0, 0, 0, 0, 42]] {
+            assert_eq!(
+                from_protobuf(cut).unwrap_err().reason(),
+                "bad_protobuf",
+                "{cut:?}"
+            );
+            assert_eq!(
+                from_json(cut, &JsonFields::default()).unwrap_err().reason(),
+                "bad_json",
+                "{cut:?}"
+            );
+        }
+        let too_many = [&header[..], &[0xff, 0x01]].concat();
+        assert!(
+            from_protobuf(&too_many)
+                .unwrap_err()
+                .to_string()
+                .contains("indexes"),
+            "{:?}",
+            from_protobuf(&too_many)
+        );
     }
 
     #[test]
