@@ -11,14 +11,25 @@ pub struct SidecarArgs {
     /// The sidecar's config file (TOML); see services/sidecar/sidecar.example.toml.
     #[arg(long, value_name = "FILE", required_unless_present = "check_config")]
     config: Option<PathBuf>,
-    /// Validate this config file and its allow list, print the result and exit (0 valid, 2 not).
+    /// Validate this config file, its allow list and TLS files, print the result and exit (0
+    /// valid, 2 not).
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
 }
 
-/// Validates a config and the allow list it names.
+/// Loads the TLS files `config` names, if any, as the start would.
+fn check_tls(config: &SidecarConfig, path: &std::path::Path) -> anyhow::Result<()> {
+    if let Some(tls) = &config.tls {
+        featurelog_sidecar::tls::Tls::load(tls)
+            .map_err(|e| anyhow::anyhow!("{}: [tls]: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Validates a config, the allow list and the TLS files it names.
 pub fn check(path: &std::path::Path) -> anyhow::Result<SidecarConfig> {
     let config = SidecarConfig::load(path)?;
+    check_tls(&config, path)?;
     if config.mode == featurelog_sidecar::Mode::Log {
         let list = featurelog_sidecar::allowlist::AllowListHandle::load(&config.allow_list)?;
         let current = list.current();
@@ -51,13 +62,14 @@ pub fn run(args: SidecarArgs) -> Result<(), crate::Failure> {
     let config = SidecarConfig::load(&path)
         .map_err(anyhow::Error::from)
         .map_err(crate::Failure::Config)?;
+    // The same checks as --check-config, before anything starts: a missing or broken allow
+    // list or TLS file is a configuration error (exit 2), not a failure of the running service.
     if config.mode == featurelog_sidecar::Mode::Log {
-        // The same check as --check-config, before anything starts: a missing or broken allow
-        // list is a configuration error (exit 2), not a failure of the running service.
         featurelog_sidecar::allowlist::AllowListHandle::load(&config.allow_list)
             .map_err(anyhow::Error::from)
             .map_err(crate::Failure::Config)?;
     }
+    check_tls(&config, &path).map_err(crate::Failure::Config)?;
     let runtime = crate::runtime()?;
     let result = runtime.block_on(async move {
         let shutdown = crate::signals::shutdown_on_signals()?;

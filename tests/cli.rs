@@ -64,6 +64,31 @@ fn an_invalid_config_is_refused_with_exit_code_2_and_the_reason() {
 }
 
 #[test]
+fn tls_files_that_do_not_load_fail_check_config_and_the_start_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sidecar.toml");
+    std::fs::write(dir.path().join("a.toml"), "").unwrap();
+    std::fs::write(dir.path().join("tls.crt"), "not a certificate").unwrap();
+    std::fs::write(dir.path().join("tls.key"), "not a key").unwrap();
+    std::fs::write(
+        &path,
+        "upstream = \"http://127.0.0.1:1\"\nallow-list = \"a.toml\"\nmode = \"pass-through\"\n\
+         listen = \"127.0.0.1:0\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [tls]\ncert = \"tls.crt\"\nkey = \"tls.key\"\n",
+    )
+    .unwrap();
+    for mode in ["--check-config", "--config"] {
+        let out = featurelog(&["sidecar", mode, path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{mode}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("tls.crt") && stderr.contains("no PEM certificate"),
+            "{mode}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_sidecar_whose_allow_list_is_missing_does_not_start_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sidecar.toml");

@@ -197,8 +197,10 @@ fn sidecar_config_reference_covers_every_key() {
         &mut keys,
     );
     // Every field of the struct, whether the sample shows it or not.
+    // With the optional [tls] section, so that its keys are listed too.
     let minimal = "upstream = \"http://127.0.0.1:9001\"\nallow-list = \"a.toml\"\n\
-                   [kafka]\nbootstrap-servers = \"k:9092\"";
+                   [kafka]\nbootstrap-servers = \"k:9092\"\n\
+                   [tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nclient-ca = \"ca.pem\"";
     let config = featurelog_sidecar::SidecarConfig::from_toml_with_env(
         Path::new("sidecar.toml"),
         minimal,

@@ -29,9 +29,12 @@ pub enum Mode {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct SidecarConfig {
-    /// Where clients connect (gRPC over HTTP/2 cleartext).
+    /// Where clients connect (gRPC over HTTP/2; cleartext unless `[tls]` is set).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// TLS on the client port, for clients that called a model server over TLS.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// The model server that calls are forwarded to, as `http://host:port`.
     pub upstream: String,
     /// `log` (default) or `pass-through`.
@@ -62,6 +65,22 @@ pub struct SidecarConfig {
     /// How records are published.
     #[serde(default)]
     pub publish: PublishConfig,
+}
+
+/// TLS on the client port. The files are checked for changes as often as the allow list, and
+/// new ones taken without a restart (cert-manager and the like renew certificates in place); a
+/// pair that does not load is refused with a log line and the one in force stays.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server's certificate chain, PEM, leaf first. Relative to this config file.
+    pub cert: PathBuf,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificates, PEM: when set, clients must present a certificate signed by one of
+    /// them (mutual TLS).
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The HTTP endpoint for `/metrics`, `/healthz` and `/readyz`.
@@ -222,9 +241,23 @@ impl SidecarConfig {
         let mut config: SidecarConfig =
             featurelog_ops::extract_config(text, ENV_PREFIX, env.clone())
                 .map_err(|e| err(featurelog_kafka::mask_secrets(&e, text, &env)))?;
+        let base = path.parent().unwrap_or(Path::new("."));
         if config.allow_list.is_relative() {
-            let base = path.parent().unwrap_or(Path::new("."));
             config.allow_list = base.join(&config.allow_list);
+        }
+        if let Some(tls) = &mut config.tls {
+            for file in [
+                Some(&mut tls.cert),
+                Some(&mut tls.key),
+                tls.client_ca.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if file.is_relative() {
+                    *file = base.join(&*file);
+                }
+            }
         }
         config.validate().map_err(err)?;
         Ok(config)

@@ -5,6 +5,7 @@
 //! - [`config`]: the config file and its environment overrides.
 //! - [`allowlist`]: what is logged, per model; hot-reloaded.
 //! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer.
+//! - [`tls`]: TLS on the client port, its certificate reloaded when renewed.
 //! - [`publisher`]: the bounded queue, decoding threads, producer and adaptive controller.
 //! - [`extract`]: one call to one record; [`direct`]: its fast path for raw numeric tensors.
 //! - [`metrics`]: what an operator sees (served by `featurelog-ops`).
@@ -21,6 +22,7 @@ pub mod lazy;
 pub mod metrics;
 pub mod proxy;
 pub mod publisher;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -99,6 +101,20 @@ pub async fn start(
         path: "upstream".into(),
         message,
     })?;
+    let tls = match &config.tls {
+        Some(t) => {
+            let tls = Arc::new(tls::Tls::load(t).map_err(|message| SidecarError::Config {
+                path: "tls".into(),
+                message,
+            })?);
+            tokio::spawn(
+                tls.clone()
+                    .watch(config.allow_list_reload_interval, shutdown.clone()),
+            );
+            Some(tls)
+        }
+        None => None,
+    };
     let listener = bind(config.listen).await?;
     let metrics_listener = bind(config.metrics.listen).await?;
     let local_addr = listener.local_addr().map_err(|source| SidecarError::Bind {
@@ -123,12 +139,14 @@ pub async fn start(
     ));
     let proxy_task = tokio::spawn(proxy::serve(
         listener,
+        tls,
         Arc::new(proxy),
         shutdown.clone(),
         config.shutdown_timeout,
     ));
     tracing::info!(
         listen = %local_addr,
+        tls = config.tls.is_some(),
         upstream = %config.upstream,
         mode = ?config.mode,
         metrics = %metrics_addr,

@@ -638,10 +638,11 @@ impl<B: Body> Drop for Tap<B> {
     }
 }
 
-/// Serves the proxy on `listener` until `shutdown`, then stops accepting and lets the calls in
-/// flight finish for up to `drain`.
+/// Serves the proxy on `listener` (over TLS with `tls`) until `shutdown`, then stops accepting
+/// and lets the calls in flight finish for up to `drain`.
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<crate::tls::Tls>>,
     proxy: Arc<Proxy>,
     shutdown: CancellationToken,
     drain: Duration,
@@ -672,8 +673,35 @@ pub async fn serve(
             let proxy = proxy.clone();
             async move { Ok::<_, Infallible>(proxy.handle(request).await) }
         });
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let Some(tls) = &tls else {
+            let connection =
+                graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(err) = connection.await {
+                    tracing::debug!(%peer, %err, "client connection ended with an error");
+                }
+            });
+            continue;
+        };
+        // The handshake runs in the connection's task, so that a slow or silent client holds
+        // up neither the accept loop nor anyone else.
+        let (acceptor, builder, watcher) = (tls.acceptor(), builder.clone(), graceful.watcher());
         tokio::spawn(async move {
+            let stream =
+                match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                    .await
+                {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(err)) => {
+                        tracing::debug!(%peer, %err, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let connection = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
             if let Err(err) = connection.await {
                 tracing::debug!(%peer, %err, "client connection ended with an error");
             }

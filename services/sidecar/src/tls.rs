@@ -1,0 +1,155 @@
+//! TLS on the client port: the certificate, key and optional client CA of `[tls]`, loaded at
+//! start (a pair that does not load stops the start with what is wrong) and reloaded when the
+//! files change, as certificate managers renew them in place. A change that does not load is
+//! refused with a log line and the certificate in force stays, as with the allow list.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::TlsConfig;
+
+/// How long a client may take over its handshake before the connection is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The acceptor in force, swapped when the files change.
+pub struct Tls {
+    config: TlsConfig,
+    current: ArcSwap<Loaded>,
+}
+
+struct Loaded {
+    /// The files' bytes it was built from, to notice a change.
+    files: Vec<Vec<u8>>,
+    acceptor: TlsAcceptor,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("config", &self.config).finish()
+    }
+}
+
+impl Tls {
+    /// Loads the files of `config`.
+    pub fn load(config: &TlsConfig) -> Result<Self, String> {
+        let loaded = load(config)?;
+        Ok(Self {
+            config: config.clone(),
+            current: ArcSwap::from_pointee(loaded),
+        })
+    }
+
+    /// The acceptor for a new connection.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        self.current.load().acceptor.clone()
+    }
+
+    /// Checks the files every `interval` until `shutdown`, and takes a changed set that loads.
+    pub async fn watch(self: Arc<Self>, interval: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A file half-written when read fails to load and is retried at the next tick; one
+        // refused stays refused (one log line) until it changes again.
+        let mut refused: Option<Vec<Vec<u8>>> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let Ok(files) = read_files(&self.config) else {
+                continue;
+            };
+            if files == self.current.load().files || refused.as_ref() == Some(&files) {
+                continue;
+            }
+            match build(&self.config, files.clone()) {
+                Ok(loaded) => {
+                    self.current.store(Arc::new(loaded));
+                    refused = None;
+                    tracing::info!(cert = %self.config.cert.display(), "TLS certificate reloaded");
+                }
+                Err(err) => {
+                    tracing::error!(%err, "the changed TLS files are refused; the certificate in force stays");
+                    refused = Some(files);
+                }
+            }
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_files(config: &TlsConfig) -> Result<Vec<Vec<u8>>, String> {
+    let mut files = vec![read(&config.cert)?, read(&config.key)?];
+    if let Some(ca) = &config.client_ca {
+        files.push(read(ca)?);
+    }
+    Ok(files)
+}
+
+fn load(config: &TlsConfig) -> Result<Loaded, String> {
+    build(config, read_files(config)?)
+}
+
+fn build(config: &TlsConfig, files: Vec<Vec<u8>>) -> Result<Loaded, String> {
+    let (cert_pem, key_pem) = (&files[0], &files[1]);
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", config.cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "{}: no PEM certificate in it",
+            config.cert.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| format!("{}: no PEM private key in it: {e}", config.key.display()))?;
+    // The provider named rather than the process default: more than one is compiled into this
+    // binary (object_store's client brings its own), and then there is no default.
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match (&config.client_ca, files.get(2)) {
+        (Some(path), Some(ca_pem)) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(ca_pem) {
+                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("{}: no PEM certificate in it", path.display()));
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let mut server = builder.with_single_cert(chain, key).map_err(|e| {
+        format!(
+            "{} and {} do not make a certificate and its key: {e}",
+            config.cert.display(),
+            config.key.display()
+        )
+    })?;
+    // gRPC is HTTP/2 only.
+    server.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Loaded {
+        files,
+        acceptor: TlsAcceptor::from(Arc::new(server)),
+    })
+}

@@ -1,0 +1,285 @@
+//! The sidecar's client port over TLS (`[tls]`), for apps that called their model server over
+//! TLS: calls pass and are logged as in cleartext; a cleartext client, or one that does not
+//! trust the certificate, does not get through; renewed files are taken without a restart and a
+//! broken renewal is refused with the certificate in force kept; with `client-ca`, only clients
+//! with a certificate it signed are served.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use featurelog_schemas::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use featurelog_sidecar::config::TlsConfig;
+use featurelog_testkit::kafka;
+use featurelog_testkit::serving::{
+    client, decode_log, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
+};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SanType};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tonic::transport::{Channel, Endpoint};
+
+const ALLOW: &str = "[[model]]\nname = \"ranker\"\nfeatures = [\"item_price\"]\ncandidate-ids-input = \"item_id\"\n";
+
+/// A certificate authority of the test's own.
+struct Ca(CertifiedIssuer<'static, KeyPair>);
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        Ca(CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap())
+    }
+
+    fn pem(&self) -> String {
+        self.0.pem()
+    }
+
+    /// A leaf certificate for 127.0.0.1 and localhost (server or client), and its key, PEM.
+    fn issue(&self) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        let cert = params.signed_by(&key, &self.0).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// A client of the protocol over TLS, trusting `ca`, with `identity` (certificate, key) if
+/// given; `Err` when the connection or its handshake fails.
+async fn tls_client(
+    addr: SocketAddr,
+    ca: &str,
+    identity: Option<&(String, String)>,
+) -> Result<GrpcInferenceServiceClient<Channel>, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .unwrap(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let connector = connector.clone();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await?;
+                let name = ServerName::try_from("localhost").unwrap();
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        }))
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let mut client = GrpcInferenceServiceClient::new(channel);
+    // A handshake the server refuses (a client certificate it does not accept) may only show
+    // at the first call under TLS 1.3: make one.
+    client
+        .server_live(featurelog_schemas::inference::ServerLiveRequest {})
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(client)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    // Written whole under another name and renamed, as a certificate manager does.
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken() {
+    let Some(kafka) = kafka("over_tls_calls_pass_and_are_logged") else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-tls", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let ca = Ca::new("first ca");
+    let (cert, key) = ca.issue();
+    let mut config = sidecar_config(dir.path(), model_addr, Some(&kafka.config), &topic, ALLOW);
+    config.tls = Some(TlsConfig {
+        cert: write(dir.path(), "tls.crt", &cert),
+        key: write(dir.path(), "tls.key", &key),
+        client_ca: None,
+    });
+    let sidecar = sidecar(config).await;
+
+    // Through TLS: the model server's answer, and the call's features on the topic.
+    let mut direct = client(model_addr).await;
+    let mut via = tls_client(sidecar.local_addr, &ca.pem(), None)
+        .await
+        .unwrap();
+    let request = ranker_request("tls-1", 4, 0, 1, false);
+    let expected = direct
+        .model_infer(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    let got = via.model_infer(request).await.unwrap().into_inner();
+    assert_eq!(got, expected);
+    let records = kafka.read(&topic, 1, Duration::from_secs(60)).await;
+    assert_eq!(records[0].key.as_deref(), Some(&b"tls-1"[..]));
+    assert_eq!(decode_log(&records[0].payload).features.len(), 1);
+
+    // Cleartext on the TLS port, or a client that trusts another CA: no call gets through.
+    let cleartext = tokio::time::timeout(Duration::from_secs(15), async {
+        client_result(sidecar.local_addr).await
+    })
+    .await;
+    assert!(
+        !matches!(cleartext, Ok(Ok(()))),
+        "a cleartext call passed the TLS port"
+    );
+    let stranger = Ca::new("another ca");
+    assert!(
+        tls_client(sidecar.local_addr, &stranger.pem(), None)
+            .await
+            .is_err()
+    );
+
+    // Renewed by another CA: new connections get the new certificate without a restart.
+    let (cert2, key2) = stranger.issue();
+    write(dir.path(), "tls.crt", &cert2);
+    write(dir.path(), "tls.key", &key2);
+    let renewed = featurelog_testkit::eventually(Duration::from_secs(10), || {
+        let pem = stranger.pem();
+        let addr = sidecar.local_addr;
+        // `eventually` takes a plain predicate: ask on a runtime of its own.
+        std::thread::spawn(move || {
+            tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(tls_client(addr, &pem, None))
+                .is_ok()
+        })
+        .join()
+        .unwrap()
+    })
+    .await;
+    assert!(renewed, "the renewed certificate was not taken");
+    // The connection made before the renewal still works.
+    via.model_infer(ranker_request("tls-2", 4, 0, 2, false))
+        .await
+        .unwrap();
+
+    // A broken renewal (a key that is not the certificate's): refused, the one in force stays.
+    let (_, other_key) = stranger.issue();
+    write(dir.path(), "tls.key", &other_key);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut after = tls_client(sidecar.local_addr, &stranger.pem(), None)
+        .await
+        .expect("the certificate in force stays after a broken renewal");
+    after
+        .model_infer(ranker_request("tls-3", 4, 0, 3, false))
+        .await
+        .unwrap();
+
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+}
+
+/// A cleartext call to `addr`: `Ok` if it was answered.
+async fn client_result(addr: SocketAddr) -> Result<(), String> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    GrpcInferenceServiceClient::new(channel)
+        .server_live(featurelog_schemas::inference::ServerLiveRequest {})
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_client_ca_only_clients_it_signed_are_served() {
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let server_ca = Ca::new("server ca");
+    let client_ca = Ca::new("client ca");
+    let (cert, key) = server_ca.issue();
+    let mut config = sidecar_config(dir.path(), model_addr, None, "unused", ALLOW);
+    config.tls = Some(TlsConfig {
+        cert: write(dir.path(), "tls.crt", &cert),
+        key: write(dir.path(), "tls.key", &key),
+        client_ca: Some(write(dir.path(), "clients.crt", &client_ca.pem())),
+    });
+    let sidecar = sidecar(config).await;
+
+    let signed = client_ca.issue();
+    let mut via = tls_client(sidecar.local_addr, &server_ca.pem(), Some(&signed))
+        .await
+        .unwrap();
+    via.model_infer(ranker_request("mtls-1", 4, 0, 1, false))
+        .await
+        .unwrap();
+    assert!(
+        tls_client(sidecar.local_addr, &server_ca.pem(), None)
+            .await
+            .is_err(),
+        "a client without a certificate was served"
+    );
+    let unsigned = server_ca.issue();
+    assert!(
+        tls_client(sidecar.local_addr, &server_ca.pem(), Some(&unsigned))
+            .await
+            .is_err(),
+        "a client with a certificate the client CA did not sign was served"
+    );
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+}
+
+#[test]
+fn files_that_do_not_make_a_certificate_stop_the_start_with_what_is_wrong() {
+    let dir = temp_dir();
+    let ca = Ca::new("ca");
+    let (cert, key) = ca.issue();
+    let (_, other_key) = ca.issue();
+    let cert_path = write(dir.path(), "tls.crt", &cert);
+    let key_path = write(dir.path(), "tls.key", &key);
+    let junk = write(dir.path(), "junk.pem", "not a certificate");
+    let other = write(dir.path(), "other.key", &other_key);
+    for (cert, key, says) in [
+        (&junk, &key_path, "junk.pem: no PEM certificate"),
+        (&cert_path, &junk, "junk.pem: no PEM private key"),
+        (&cert_path, &other, "do not make a certificate and its key"),
+        (&dir.path().join("missing.crt"), &key_path, "missing.crt"),
+    ] {
+        let err = featurelog_sidecar::tls::Tls::load(&TlsConfig {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: None,
+        })
+        .unwrap_err();
+        assert!(err.contains(says), "{err}");
+    }
+}
