@@ -112,6 +112,39 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// A Kubernetes TLS Secret as a pod sees it mounted: `tls.crt` and `tls.key` are links into
+/// `..data`, itself a link to a directory of the current version, which an update replaces at
+/// once by renaming a new link over it.
+struct MountedSecret {
+    dir: std::path::PathBuf,
+    version: u32,
+}
+
+impl MountedSecret {
+    fn new(dir: &Path, cert: &str, key: &str) -> Self {
+        let mut secret = MountedSecret {
+            dir: dir.to_owned(),
+            version: 0,
+        };
+        secret.update(cert, key);
+        for name in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(format!("..data/{name}"), dir.join(name)).unwrap();
+        }
+        secret
+    }
+
+    fn update(&mut self, cert: &str, key: &str) {
+        self.version += 1;
+        let version = format!("..v{}", self.version);
+        std::fs::create_dir(self.dir.join(&version)).unwrap();
+        std::fs::write(self.dir.join(&version).join("tls.crt"), cert).unwrap();
+        std::fs::write(self.dir.join(&version).join("tls.key"), key).unwrap();
+        let link = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&version, &link).unwrap();
+        std::fs::rename(&link, self.dir.join("..data")).unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken() {
     let Some(kafka) = kafka("over_tls_calls_pass_and_are_logged") else {
@@ -123,9 +156,10 @@ async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken()
     let ca = Ca::new("first ca");
     let (cert, key) = ca.issue();
     let mut config = sidecar_config(dir.path(), model_addr, Some(&kafka.config), &topic, ALLOW);
+    let mut secret = MountedSecret::new(dir.path(), &cert, &key);
     config.tls = Some(TlsConfig {
-        cert: write(dir.path(), "tls.crt", &cert),
-        key: write(dir.path(), "tls.key", &key),
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
         client_ca: None,
     });
     let sidecar = sidecar(config).await;
@@ -165,8 +199,7 @@ async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken()
 
     // Renewed by another CA: new connections get the new certificate without a restart.
     let (cert2, key2) = stranger.issue();
-    write(dir.path(), "tls.crt", &cert2);
-    write(dir.path(), "tls.key", &key2);
+    secret.update(&cert2, &key2);
     let renewed = featurelog_testkit::eventually(Duration::from_secs(10), || {
         let pem = stranger.pem();
         let addr = sidecar.local_addr;
@@ -182,6 +215,16 @@ async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken()
     })
     .await;
     assert!(renewed, "the renewed certificate was not taken");
+    let reloads = |reason: &'static str| {
+        sidecar
+            .metrics
+            .tls_reloads
+            .get_or_create(&featurelog_sidecar::metrics::Reason { reason })
+            .get()
+    };
+    // The start-up load, then the renewal.
+    assert_eq!(reloads("applied"), 2);
+    assert_eq!(reloads("refused"), 0);
     // The connection made before the renewal still works.
     via.model_infer(ranker_request("tls-2", 4, 0, 2, false))
         .await
@@ -189,11 +232,16 @@ async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken()
 
     // A broken renewal (a key that is not the certificate's): refused, the one in force stays.
     let (_, other_key) = stranger.issue();
-    write(dir.path(), "tls.key", &other_key);
+    secret.update(&cert2, &other_key);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let mut after = tls_client(sidecar.local_addr, &stranger.pem(), None)
         .await
         .expect("the certificate in force stays after a broken renewal");
+    assert!(
+        featurelog_testkit::eventually(Duration::from_secs(10), || reloads("refused") == 1).await,
+        "the broken renewal was not counted once: {}",
+        reloads("refused")
+    );
     after
         .model_infer(ranker_request("tls-3", 4, 0, 3, false))
         .await

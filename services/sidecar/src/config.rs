@@ -68,8 +68,9 @@ pub struct SidecarConfig {
 }
 
 /// TLS on the client port. The files are checked for changes as often as the allow list, and
-/// new ones taken without a restart (cert-manager and the like renew certificates in place); a
-/// pair that does not load is refused with a log line and the one in force stays.
+/// a change is taken without a restart once two checks read it unchanged (cert-manager and the
+/// like renew certificates in place); one that does not load is refused with a log line and the
+/// certificate in force stays.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct TlsConfig {

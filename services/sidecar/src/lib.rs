@@ -107,10 +107,12 @@ pub async fn start(
                 path: "tls".into(),
                 message,
             })?);
-            tokio::spawn(
-                tls.clone()
-                    .watch(config.allow_list_reload_interval, shutdown.clone()),
-            );
+            metrics.tls_reloaded(true);
+            tokio::spawn(tls.clone().watch(
+                config.allow_list_reload_interval,
+                metrics.clone(),
+                shutdown.clone(),
+            ));
             Some(tls)
         }
         None => None,

@@ -75,6 +75,8 @@ pub struct Metrics {
     pub allow_list_reloads: Family<Reason, Counter>,
     /// The allow-list version in force (value 1).
     pub allow_list_version: Family<Version, Gauge>,
+    /// TLS certificate loads of the client port, by outcome (`applied`, `refused`).
+    pub tls_reloads: Family<Reason, Counter>,
 }
 
 impl Default for Metrics {
@@ -109,6 +111,7 @@ impl Metrics {
             logged_fraction: Gauge::default(),
             allow_list_reloads: Family::default(),
             allow_list_version: Family::default(),
+            tls_reloads: Family::default(),
         };
         registry.register(
             "calls",
@@ -205,6 +208,11 @@ impl Metrics {
             "The allow-list version in force",
             m.allow_list_version.clone(),
         );
+        registry.register(
+            "tls_reloads",
+            "TLS certificate loads of the client port by outcome",
+            m.tls_reloads.clone(),
+        );
         m.logged_fraction.set(1.0);
         Self {
             registry: root,
@@ -225,6 +233,12 @@ impl Metrics {
     /// The count of drops for `reason`.
     pub fn dropped_count(&self, reason: &'static str) -> u64 {
         self.dropped.get_or_create(&Reason { reason }).get()
+    }
+
+    /// Records a load of the client port's TLS files (at start-up, or a change).
+    pub fn tls_reloaded(&self, applied: bool) {
+        let reason = if applied { "applied" } else { "refused" };
+        self.tls_reloads.get_or_create(&Reason { reason }).inc();
     }
 
     /// Records an allow-list reload attempt.

@@ -14,6 +14,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::TlsConfig;
+use crate::metrics::Metrics;
 
 /// How long a client may take over its handshake before the connection is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,12 +52,21 @@ impl Tls {
         self.current.load().acceptor.clone()
     }
 
-    /// Checks the files every `interval` until `shutdown`, and takes a changed set that loads.
-    pub async fn watch(self: Arc<Self>, interval: Duration, shutdown: CancellationToken) {
+    /// Checks the files every `interval` until `shutdown`, and takes a changed set that loads;
+    /// counts each change taken or refused.
+    pub async fn watch(
+        self: Arc<Self>,
+        interval: Duration,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // A file half-written when read fails to load and is retried at the next tick; one
-        // refused stays refused (one log line) until it changes again.
+        // A renewal rewrites two or three files, not at one instant: a set is acted on only
+        // when two checks in a row read it unchanged (as the allow list is), so that a
+        // certificate read beside the previous key is neither taken nor refused. A set refused
+        // stays refused (one log line, one count) until the files change again.
+        let mut seen: Option<Vec<Vec<u8>>> = None;
         let mut refused: Option<Vec<Vec<u8>>> = None;
         loop {
             tokio::select! {
@@ -64,20 +74,25 @@ impl Tls {
                 _ = tick.tick() => {}
             }
             let Ok(files) = read_files(&self.config) else {
+                seen = None;
                 continue;
             };
-            if files == self.current.load().files || refused.as_ref() == Some(&files) {
+            let stable = seen.as_ref() == Some(&files);
+            seen = Some(files.clone());
+            if !stable || files == self.current.load().files || refused.as_ref() == Some(&files) {
                 continue;
             }
             match build(&self.config, files.clone()) {
                 Ok(loaded) => {
                     self.current.store(Arc::new(loaded));
                     refused = None;
+                    metrics.tls_reloaded(true);
                     tracing::info!(cert = %self.config.cert.display(), "TLS certificate reloaded");
                 }
                 Err(err) => {
                     tracing::error!(%err, "the changed TLS files are refused; the certificate in force stays");
                     refused = Some(files);
+                    metrics.tls_reloaded(false);
                 }
             }
         }
