@@ -196,6 +196,13 @@ async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken()
             .await
             .is_err()
     );
+    // Both are counted, for the operator whose clients cannot connect.
+    let failed = sidecar
+        .metrics
+        .tls_handshake_failures
+        .get_or_create(&featurelog_sidecar::metrics::Reason { reason: "error" })
+        .get();
+    assert!(failed >= 1, "{failed}");
 
     // Renewed by another CA: new connections get the new certificate without a restart.
     let (cert2, key2) = stranger.issue();

@@ -1171,7 +1171,6 @@ fn events_key(partitioning: EventsPartitioning) -> &'static str {
     }
 }
 
-/// An app event as the config says apps encode them.
 /// Whether `e`'s request is in the sidecars' sample (`input.events-sample-rate`). An event of
 /// a request outside it would wait `impressions-wait` in the state for features that were never
 /// logged, and be counted as an impression without features, hiding real losses among them.
@@ -1179,6 +1178,7 @@ fn in_sample(config: &JoinerConfig, e: &Event) -> bool {
     featurelog_schemas::sampling::sampled(&e.request_id, config.input.events_sample_rate)
 }
 
+/// An app event as the config says apps encode them.
 fn decode_event(config: &JoinerConfig, payload: &[u8]) -> Result<Event, event::EventError> {
     match config.input.events_format {
         EventFormat::Protobuf => event::from_protobuf(payload),

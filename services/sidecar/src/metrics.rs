@@ -77,6 +77,8 @@ pub struct Metrics {
     pub allow_list_version: Family<Version, Gauge>,
     /// TLS certificate loads of the client port, by outcome (`applied`, `refused`).
     pub tls_reloads: Family<Reason, Counter>,
+    /// Client connections whose TLS handshake failed (`error`) or did not finish (`timeout`).
+    pub tls_handshake_failures: Family<Reason, Counter>,
 }
 
 impl Default for Metrics {
@@ -112,6 +114,7 @@ impl Metrics {
             allow_list_reloads: Family::default(),
             allow_list_version: Family::default(),
             tls_reloads: Family::default(),
+            tls_handshake_failures: Family::default(),
         };
         registry.register(
             "calls",
@@ -213,6 +216,11 @@ impl Metrics {
             "TLS certificate loads of the client port by outcome",
             m.tls_reloads.clone(),
         );
+        registry.register(
+            "tls_handshake_failures",
+            "Client connections whose TLS handshake failed, by reason",
+            m.tls_handshake_failures.clone(),
+        );
         m.logged_fraction.set(1.0);
         Self {
             registry: root,
@@ -239,6 +247,13 @@ impl Metrics {
     pub fn tls_reloaded(&self, applied: bool) {
         let reason = if applied { "applied" } else { "refused" };
         self.tls_reloads.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// Counts a client connection whose TLS handshake failed (`error`) or timed out.
+    pub fn tls_handshake_failed(&self, reason: &'static str) {
+        self.tls_handshake_failures
+            .get_or_create(&Reason { reason })
+            .inc();
     }
 
     /// Records an allow-list reload attempt.

@@ -638,6 +638,29 @@ impl<B: Body> Drop for Tap<B> {
     }
 }
 
+/// Serves one client connection (cleartext or TLS) until it ends or the graceful shutdown
+/// that `watcher` belongs to closes it.
+async fn serve_client<I>(
+    io: I,
+    proxy: Arc<Proxy>,
+    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: SocketAddr,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let proxy = proxy.clone();
+        async move { Ok::<_, Infallible>(proxy.handle(request).await) }
+    });
+    if let Err(err) = watcher
+        .watch(builder.serve_connection(TokioIo::new(io), service))
+        .await
+    {
+        tracing::debug!(%peer, %err, "client connection ended with an error");
+    }
+}
+
 /// Serves the proxy on `listener` (over TLS with `tls`) until `shutdown`, then stops accepting
 /// and lets the calls in flight finish for up to `drain`.
 pub async fn serve(
@@ -668,42 +691,27 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
-        let service = hyper::service::service_fn(move |request| {
-            let proxy = proxy.clone();
-            async move { Ok::<_, Infallible>(proxy.handle(request).await) }
-        });
+        let (proxy, builder, watcher) = (proxy.clone(), builder.clone(), graceful.watcher());
         let Some(tls) = &tls else {
-            let connection =
-                graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-            tokio::spawn(async move {
-                if let Err(err) = connection.await {
-                    tracing::debug!(%peer, %err, "client connection ended with an error");
-                }
-            });
+            tokio::spawn(serve_client(stream, proxy, builder, watcher, peer));
             continue;
         };
         // The handshake runs in the connection's task, so that a slow or silent client holds
         // up neither the accept loop nor anyone else.
-        let (acceptor, builder, watcher) = (tls.acceptor(), builder.clone(), graceful.watcher());
+        let acceptor = tls.acceptor();
         tokio::spawn(async move {
-            let stream =
-                match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                    .await
-                {
-                    Ok(Ok(stream)) => stream,
-                    Ok(Err(err)) => {
-                        tracing::debug!(%peer, %err, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-            let connection = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
-            if let Err(err) = connection.await {
-                tracing::debug!(%peer, %err, "client connection ended with an error");
+            let handshake =
+                tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+            match handshake {
+                Ok(Ok(stream)) => serve_client(stream, proxy, builder, watcher, peer).await,
+                Ok(Err(err)) => {
+                    tracing::debug!(%peer, %err, "TLS handshake failed");
+                    proxy.metrics.tls_handshake_failed("error");
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    proxy.metrics.tls_handshake_failed("timeout");
+                }
             }
         });
     }
