@@ -127,7 +127,9 @@ pub(crate) fn saturating_us(t: &prost_types::Timestamp) -> i64 {
         .saturating_add(i64::from(t.nanos / 1000))
 }
 
-/// The field names of JSON events.
+/// The field names of JSON events. A name with dots is a path into nested objects
+/// (`properties.item_id`; a position for arrays), unless the event has a top-level key with
+/// that very name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct JsonFields {
@@ -571,36 +573,60 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             let k = key.0.as_ref();
             let slots = [
-                k == f.request_id,
-                k == f.item_id,
-                k == f.event_time,
-                k == f.event_type,
+                reach(&f.request_id, k),
+                reach(&f.item_id, k),
+                reach(&f.event_time, k),
+                reach(&f.event_type, k),
             ];
-            let label = f.labels.iter().any(|l| l == k);
-            if !label && !slots.contains(&true) {
+            let label = f.labels.iter().any(|l| reach(l, k).is_some());
+            if !label && slots.iter().all(Option::is_none) {
                 map.next_value::<serde::de::IgnoredAny>()?;
                 continue;
             }
             // A name configured twice (say, one field as two labels) fills every slot.
             let value: serde_json::Value = map.next_value()?;
-            for (hit, slot) in slots.into_iter().zip([
+            for (path, slot) in slots.into_iter().zip([
                 &mut picked.request_id,
                 &mut picked.item_id,
                 &mut picked.event_time,
                 &mut picked.event_type,
             ]) {
-                if hit {
-                    *slot = Some(value.clone());
+                if let Some(found) = path.and_then(|p| at(&value, p)) {
+                    *slot = Some(found.clone());
                 }
             }
             for (name, slot) in f.labels.iter().zip(&mut picked.labels) {
-                if name == k {
-                    *slot = Some(value.clone());
+                if let Some(found) = reach(name, k).and_then(|p| at(&value, p)) {
+                    *slot = Some(found.clone());
                 }
             }
         }
         Ok(picked)
     }
+}
+
+/// How the configured field `name` reaches into the value of the top-level key `k`: all of it
+/// (`Some("")`, the name is the key), the part under a dotted path (`properties.item_id` in the
+/// key `properties`: `Some("item_id")`), or not at all. Analytics events nest their fields
+/// (`{"event": ..., "properties": {"product_id": ...}}`); a top-level key that itself holds
+/// a dot is still taken as it is.
+fn reach<'n>(name: &'n str, k: &str) -> Option<&'n str> {
+    if name == k {
+        return Some("");
+    }
+    name.strip_prefix(k).and_then(|rest| rest.strip_prefix('.'))
+}
+
+/// The value at the dotted `path` under `value` (object keys, or array positions).
+fn at<'v>(value: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
+    if path.is_empty() {
+        return Some(value);
+    }
+    path.split('.').try_fold(value, |v, segment| match v {
+        serde_json::Value::Object(m) => m.get(segment),
+        serde_json::Value::Array(a) => segment.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    })
 }
 
 /// An object key, borrowed from the payload unless it has escapes.
@@ -1169,6 +1195,47 @@ mod tests {
             "{:?}",
             from_protobuf(&too_many)
         );
+    }
+
+    /// Fields of nested objects (as analytics events nest them) are reached by dotted paths;
+    /// a missing one is missing; a top-level key that holds a dot is taken as it is.
+    #[test]
+    fn dotted_field_names_reach_into_nested_objects() {
+        let fields = JsonFields {
+            request_id: "context.request.id".into(),
+            item_id: "properties.product_id".into(),
+            event_time: "timestamp".into(),
+            event_type: "event".into(),
+            labels: vec!["properties.price".into(), "properties.tags.1".into()],
+            ..JsonFields::default()
+        };
+        let e = from_json(
+            br#"{"event":"click","timestamp":"2025-11-29T18:00:00Z",
+                "context":{"request":{"id":"r1"},"ip":"10.0.0.1"},
+                "properties":{"product_id":42,"price":9.5,"tags":[0,3]}}"#,
+            &fields,
+        )
+        .unwrap();
+        assert_eq!((e.request_id.as_str(), e.item_id.as_str()), ("r1", "42"));
+        assert_eq!(e.labels.get("properties.price"), Some(&9.5));
+        assert_eq!(e.labels.get("properties.tags.1"), Some(&3.0));
+        let err = from_json(
+            br#"{"event":"click","timestamp":"2025-11-29T18:00:00Z","context":{"request":{}},
+                "properties":{"product_id":42}}"#,
+            &fields,
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "field \"context.request.id\": missing");
+        let literal = JsonFields {
+            request_id: "meta.rid".into(),
+            ..JsonFields::default()
+        };
+        let e = from_json(
+            br#"{"meta.rid":"r2","item_id":"i","event_time":1764439200123,"event_type":"click"}"#,
+            &literal,
+        )
+        .unwrap();
+        assert_eq!(e.request_id, "r2");
     }
 
     #[test]
