@@ -54,6 +54,10 @@ pub struct DiffArgs {
     /// Worker threads (default: the available cores).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Read only files in directories marked complete (`_SUCCESS` in them or above them: the
+    /// joiner's complete hours, a Spark output's root); others are skipped and counted.
+    #[arg(long)]
+    complete_only: bool,
 }
 
 pub fn run(args: DiffArgs) -> ExitCode {
@@ -82,6 +86,7 @@ fn execute(args: DiffArgs) -> anyhow::Result<Verdict> {
     }
     opts.threads = args.threads;
     opts.top_pairs = args.top_pairs;
+    opts.complete_only = args.complete_only;
     let report = featurelog_diff::run(&opts)?;
     if let Some(path) = &args.html {
         std::fs::write(path, report.render_html())

@@ -1721,11 +1721,18 @@ fn upload_dir(s3: &featurelog_testkit::TestS3, dir: &Path, prefix: &str) {
     }
 }
 
-/// `featurelog diff --format json` with `env`, as (exit code, report, stderr).
-fn diff_json_with_env(served: &str, offline: &str, env: &[(&str, String)]) -> (i32, Value, String) {
+/// `featurelog diff --format json` with `env` and `extra` arguments, as (exit code, report,
+/// stderr).
+fn diff_json_with_env(
+    served: &str,
+    offline: &str,
+    env: &[(&str, String)],
+    extra: &[&str],
+) -> (i32, Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_featurelog"))
         .args(["diff", "--served", served, "--offline", offline])
         .args(["--key", "request_id,item_id", "--format", "json"])
+        .args(extra)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
@@ -1756,15 +1763,19 @@ fn s3_inputs_give_the_report_of_the_same_files_read_locally() {
     // The offline table as one object among others.
     upload_dir(&s3, dir.path(), &format!("{prefix}/all"));
 
-    let (local_code, local, local_err) =
-        diff_json_with_env(served.to_str().unwrap(), offline.to_str().unwrap(), &[]);
+    let (local_code, local, local_err) = diff_json_with_env(
+        served.to_str().unwrap(),
+        offline.to_str().unwrap(),
+        &[],
+        &[],
+    );
     assert_eq!(local_code, 1, "{local_err}");
     let env = s3.aws_env();
     let (served_url, offline_url) = (
         s3.url(&format!("{prefix}/dataset")),
         s3.url(&format!("{prefix}/all/offline.parquet")),
     );
-    let (code, remote, err) = diff_json_with_env(&served_url, &offline_url, &env);
+    let (code, remote, err) = diff_json_with_env(&served_url, &offline_url, &env, &[]);
     assert_eq!(code, 1, "{err}");
     assert_eq!(remote["served"]["path"], served_url.as_str());
     assert_eq!(remote["offline"]["path"], offline_url.as_str());
@@ -1779,10 +1790,57 @@ fn s3_inputs_give_the_report_of_the_same_files_read_locally() {
 
     // Nothing there: an error that names the URL, not a pass.
     let empty = s3.url(&format!("{prefix}/nothing"));
-    let (code, _, err) = diff_json_with_env(&empty, &offline_url, &env);
+    let (code, _, err) = diff_json_with_env(&empty, &offline_url, &env, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(&empty) && err.contains("no .parquet or .csv"),
         "{err}"
     );
+
+    // The joiner's completeness markers come along for --complete-only.
+    tokio::runtime::Runtime::new().unwrap().block_on(s3.put(
+        &format!("{prefix}/dataset/dt=2025-11-29/hr=18/_SUCCESS"),
+        Vec::new(),
+    ));
+    let (_, complete, err) =
+        diff_json_with_env(&served_url, &offline_url, &env, &["--complete-only"]);
+    assert_eq!(complete["served"]["files"], 1, "{err}");
+    assert_eq!(complete["served"]["incomplete_files_skipped"], 1);
+}
+
+/// `--complete-only` reads the hours the joiner marked complete and skips (and counts) the one
+/// still growing; a Spark-style `_SUCCESS` at the root makes everything complete; a side with
+/// no complete directory is an error, not an empty pass.
+#[test]
+fn complete_only_reads_the_hours_marked_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served");
+    write_served(&served);
+    let offline = dir.path().join("offline.parquet");
+    write_offline_parquet(&offline);
+    let complete_only = ["--complete-only"];
+
+    // Nothing marked: an error that says why.
+    let (code, _, err) = diff_json(&served, &offline, "request_id,item_id", &complete_only);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("_SUCCESS") && err.contains("2 elsewhere"),
+        "{err}"
+    );
+
+    // Hour 18 complete, hour 19 still growing: only hour 18's rows are read.
+    std::fs::write(served.join("dt=2025-11-29/hr=18/_SUCCESS"), b"").unwrap();
+    let (_, all, _) = diff_json(&served, &offline, "request_id,item_id", &[]);
+    let (_, part, err) = diff_json(&served, &offline, "request_id,item_id", &complete_only);
+    assert_eq!(part["served"]["files"], 1, "{err}");
+    assert_eq!(part["served"]["incomplete_files_skipped"], 1);
+    assert_eq!(part["served"]["rows"], (ROWS / 2) as u64);
+    assert_eq!(all["served"]["rows"], ROWS as u64);
+    assert_eq!(all["served"]["incomplete_files_skipped"], 0);
+
+    // A marker at the root (Spark's): every file is complete.
+    std::fs::write(served.join("_SUCCESS"), b"").unwrap();
+    let (_, root, _) = diff_json(&served, &offline, "request_id,item_id", &complete_only);
+    assert_eq!(root["served"]["rows"], ROWS as u64);
+    assert_eq!(root["served"]["incomplete_files_skipped"], 0);
 }

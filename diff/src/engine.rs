@@ -60,12 +60,13 @@ struct Worker {
 fn open_input(
     path: &std::path::Path,
     keys: &[String],
+    complete_only: bool,
 ) -> Result<(Input, Option<crate::remote::Fetched>), DiffError> {
     if crate::remote::s3_url(path).is_none() {
-        return Ok((Input::open(path, keys)?, None));
+        return Ok((Input::open(path, keys, complete_only)?, None));
     }
     let copy = crate::remote::fetch(path)?;
-    let mut input = Input::open(&copy.root, keys)?;
+    let mut input = Input::open(&copy.root, keys, complete_only)?;
     input.root = path.to_owned();
     Ok((input, Some(copy)))
 }
@@ -76,8 +77,9 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
     let start = Instant::now();
     let (served_keys, offline_keys) = crate::plan::key_names(opts);
     // `s3://` inputs are copied to local disk first (the copies go when the diff returns).
-    let (served, _served_copy) = open_input(&opts.served, &served_keys)?;
-    let (offline_input, _offline_copy) = open_input(&opts.offline, &offline_keys)?;
+    let (served, _served_copy) = open_input(&opts.served, &served_keys, opts.complete_only)?;
+    let (offline_input, _offline_copy) =
+        open_input(&opts.offline, &offline_keys, opts.complete_only)?;
     let plan = plan(&served, &offline_input, opts)?;
     let threads = opts
         .threads
@@ -234,6 +236,7 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
         files: input.file_count(),
         rows,
         columns: input.schema.fields().len(),
+        incomplete_files_skipped: input.incomplete_skipped,
     };
     let mut report = Report {
         schema_version: SCHEMA_VERSION,

@@ -26,6 +26,16 @@ pub enum DiffError {
         #[source]
         source: std::io::Error,
     },
+    /// With `complete_only`, a path holds data files only in directories not marked complete.
+    #[error(
+        "{path}: no .parquet or .csv files in a directory marked complete (_SUCCESS in it or above it); {skipped} elsewhere were skipped (--complete-only)"
+    )]
+    NoCompleteInput {
+        /// The path.
+        path: PathBuf,
+        /// Data files skipped.
+        skipped: usize,
+    },
     /// A path holds no Parquet or CSV file (directories are searched recursively).
     #[error("{path}: no .parquet or .csv files found")]
     NoInput {

@@ -50,6 +50,9 @@ pub(crate) struct Input {
     /// File columns then partition columns, each once.
     pub(crate) schema: SchemaRef,
     pub(crate) partition_columns: Vec<String>,
+    /// Data files skipped because no `_SUCCESS` marks their directory complete
+    /// (`complete_only`).
+    pub(crate) incomplete_skipped: usize,
 }
 
 /// A share of the work: one row group of a Parquet file, or a whole CSV file.
@@ -63,14 +66,23 @@ impl Input {
     /// Finds the files under `root` and reads their schemas (Parquet footers, CSV inference).
     /// `text_columns` (the keys) are read from CSV as text, never inferred: `0123` stays
     /// `0123`, and keys follow the canonical-integer rule of the `keys` module.
-    pub(crate) fn open(root: &Path, text_columns: &[String]) -> Result<Input, DiffError> {
+    /// With `complete_only`, only files under a directory holding `_SUCCESS` are taken.
+    pub(crate) fn open(
+        root: &Path,
+        text_columns: &[String],
+        complete_only: bool,
+    ) -> Result<Input, DiffError> {
         let meta = std::fs::metadata(root).map_err(|source| DiffError::Io {
             path: root.to_owned(),
             source,
         })?;
         let mut found = Vec::new();
+        let mut walked = Walk {
+            complete_only,
+            skipped: 0,
+        };
         if meta.is_dir() {
-            walk(root, &mut Vec::new(), &mut found)?;
+            walked.walk(root, &mut Vec::new(), false, &mut found)?;
         } else {
             found.push((root.to_owned(), Vec::new()));
         }
@@ -96,6 +108,12 @@ impl Input {
                 path,
                 format,
                 partitions,
+            });
+        }
+        if files.is_empty() && walked.skipped > 0 {
+            return Err(DiffError::NoCompleteInput {
+                path: root.to_owned(),
+                skipped: walked.skipped,
             });
         }
         if files.is_empty() {
@@ -145,6 +163,7 @@ impl Input {
             files,
             schema: Arc::new(Schema::new(fields)),
             partition_columns,
+            incomplete_skipped: walked.skipped,
         })
     }
 
@@ -394,52 +413,71 @@ fn partition(name: &str, value: &str) -> Partition {
     (percent_decode(name), value)
 }
 
-/// Collects data files under `dir`, with the `name=value` directories above each. Names that
-/// start with `.` or `_` are skipped: the joiner's pending files and `_featurelog/` state, as
-/// every hive reader does.
-fn walk(
-    dir: &Path,
-    partitions: &mut Vec<Partition>,
-    out: &mut Vec<(PathBuf, Vec<Partition>)>,
-) -> Result<(), DiffError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| DiffError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
-    for entry in entries {
-        let entry = entry.map_err(|source| DiffError::Io {
+/// The search of a directory side for data files.
+struct Walk {
+    complete_only: bool,
+    /// Data files left out as not complete.
+    skipped: usize,
+}
+
+impl Walk {
+    /// Collects data files under `dir`, with the `name=value` directories above each. Names that
+    /// start with `.` or `_` are skipped: the joiner's pending files and `_featurelog/` state, as
+    /// every hive reader does. `complete`: a directory above holds `_SUCCESS`.
+    fn walk(
+        &mut self,
+        dir: &Path,
+        partitions: &mut Vec<Partition>,
+        complete: bool,
+        out: &mut Vec<(PathBuf, Vec<Partition>)>,
+    ) -> Result<(), DiffError> {
+        let complete = complete || dir.join("_SUCCESS").is_file();
+        let entries = std::fs::read_dir(dir).map_err(|source| DiffError::Io {
             path: dir.to_owned(),
             source,
         })?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name.starts_with('_') {
-            continue;
-        }
-        let path = entry.path();
-        let kind = entry.file_type().map_err(|source| DiffError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        if kind.is_dir() {
-            let pushed = match name.split_once('=') {
-                Some((k, v)) if !k.is_empty() => {
-                    partitions.push(partition(k, v));
-                    true
+        for entry in entries {
+            let entry = entry.map_err(|source| DiffError::Io {
+                path: dir.to_owned(),
+                source,
+            })?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || name.starts_with('_') {
+                continue;
+            }
+            let path = entry.path();
+            let kind = entry.file_type().map_err(|source| DiffError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            if kind.is_dir() {
+                let pushed = match name.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => {
+                        partitions.push(partition(k, v));
+                        true
+                    }
+                    _ => false,
+                };
+                self.walk(&path, partitions, complete, out)?;
+                if pushed {
+                    partitions.pop();
                 }
-                _ => false,
-            };
-            walk(&path, partitions, out)?;
-            if pushed {
-                partitions.pop();
-            }
-        } else {
-            let lower = name.to_ascii_lowercase();
-            if lower.ends_with(".parquet") || lower.ends_with(".parq") || lower.ends_with(".csv") {
-                out.push((path, partitions.clone()));
+            } else {
+                let lower = name.to_ascii_lowercase();
+                if lower.ends_with(".parquet")
+                    || lower.ends_with(".parq")
+                    || lower.ends_with(".csv")
+                {
+                    if self.complete_only && !complete {
+                        self.skipped += 1;
+                    } else {
+                        out.push((path, partitions.clone()));
+                    }
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

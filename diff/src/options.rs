@@ -30,6 +30,11 @@ pub struct DiffOptions {
     pub threads: Option<usize>,
     /// How many mismatching value pairs to report per feature.
     pub top_pairs: usize,
+    /// Read only files in directories marked complete: a directory holding `_SUCCESS`, or one
+    /// below such a directory (the joiner marks each complete hour; Spark marks its output's
+    /// root). Files elsewhere (an hour still growing, the joiner's `late/`) are skipped and
+    /// counted. A side given as one file is read as it is.
+    pub complete_only: bool,
 }
 
 impl DiffOptions {
@@ -44,6 +49,7 @@ impl DiffOptions {
             thresholds: Thresholds::default(),
             threads: None,
             top_pairs: 10,
+            complete_only: false,
         }
     }
 }

@@ -39,6 +39,16 @@ pub(crate) fn s3_url(path: &Path) -> Option<(&str, &str)> {
     Some((bucket, prefix.trim_matches('/')))
 }
 
+/// Whether a key, relative to the input's prefix, is copied: data a local read would take, or
+/// a `_SUCCESS` marker (which `--complete-only` reads) in a directory a local read would enter.
+fn is_wanted(relative: &str) -> bool {
+    match relative.rsplit_once('/') {
+        Some((dirs, "_SUCCESS")) => is_data(&format!("{dirs}/x.parquet")),
+        None if relative == "_SUCCESS" => true,
+        _ => is_data(relative),
+    }
+}
+
 /// Whether a key, relative to the input's prefix, is data a local read would take.
 fn is_data(relative: &str) -> bool {
     let hidden = relative
@@ -105,10 +115,11 @@ async fn copy(store: Arc<dyn ObjectStore>, prefix: &str, into: &Path) -> Result<
                 .map(|part| part.as_ref().to_owned())
                 .collect::<Vec<_>>()
                 .join("/");
-            is_data(&relative).then_some((meta.location, relative))
+            is_wanted(&relative).then_some((meta.location, relative))
         })
         .collect();
-    let root = if keys.is_empty() {
+    let root = if keys.iter().all(|(_, relative)| !is_data(relative)) {
+        keys.clear();
         // No data under it as a directory: the prefix may name one object itself.
         let name = prefix.rsplit('/').next().unwrap_or(prefix);
         if !is_data(name) || store.head(&base).await.is_err() {
@@ -178,5 +189,9 @@ mod tests {
         assert!(!is_data("dt=2026-11-29/hr=07/_SUCCESS"));
         assert!(!is_data("dt=2026-11-29/hr=07/.part-0.parquet.pending"));
         assert!(!is_data("notes.txt"));
+        assert!(is_wanted("dt=2026-11-29/hr=07/_SUCCESS"));
+        assert!(is_wanted("_SUCCESS"));
+        assert!(!is_wanted("_featurelog/_SUCCESS"));
+        assert!(is_wanted("dt=2026-11-29/hr=07/part-0.parquet"));
     }
 }

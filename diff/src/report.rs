@@ -68,6 +68,8 @@ pub struct Side {
     pub rows: u64,
     /// Columns (file columns and hive partition columns).
     pub columns: usize,
+    /// Data files skipped as not complete (`--complete-only`; 0 without it).
+    pub incomplete_files_skipped: usize,
 }
 
 /// Key coverage. `served_rows = served_null_keys + served_duplicate_keys + both + served_only`,
