@@ -6,7 +6,8 @@
 //! Copied rather than read in place: the engine shares row groups between threads with
 //! synchronous Parquet readers, and a local copy keeps that path the same for every input. The
 //! copy skips what a local read skips (names starting with `.` or `_`: the joiner's
-//! `_featurelog/` state and pending files, `_SUCCESS`), so only data crosses the network.
+//! `_featurelog/` state and pending files), so only data crosses the network, and the empty
+//! `_SUCCESS` markers that `--complete-only` reads.
 //! Settings and credentials come from the environment as the AWS tools read them
 //! (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...).
 
