@@ -152,7 +152,7 @@ pub struct JsonFields {
     /// Which values of the event type field are impressions, clicks and conversions.
     #[serde(default)]
     pub event_types: EventTypes,
-    /// Numeric fields copied as label values.
+    /// Numeric fields copied as label values (booleans as 1 and 0).
     #[serde(default)]
     pub labels: Vec<String>,
 }
@@ -509,7 +509,9 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
     };
     let mut labels = BTreeMap::new();
     for (name, value) in fields.labels.iter().zip(picked.labels) {
-        if let Some(v) = value.as_ref().and_then(serde_json::Value::as_f64) {
+        // A flag is a label as much as a number is (`"purchased": true` reads as 1).
+        let number = |v: &serde_json::Value| v.as_f64().or_else(|| v.as_bool().map(f64::from));
+        if let Some(v) = value.as_ref().and_then(number) {
             labels.insert(name.clone(), v);
         }
     }
@@ -1236,6 +1238,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.request_id, "r2");
+    }
+
+    #[test]
+    fn boolean_labels_read_as_one_and_zero() {
+        let f = JsonFields {
+            labels: vec!["purchased".into(), "returned".into(), "price".into()],
+            ..JsonFields::default()
+        };
+        let e = from_json(
+            br#"{"request_id":"r","item_id":"i","event_time":1764439200123,"event_type":"conversion",
+                "purchased":true,"returned":false,"price":"12"}"#,
+            &f,
+        )
+        .unwrap();
+        assert_eq!(e.labels.get("purchased"), Some(&1.0));
+        assert_eq!(e.labels.get("returned"), Some(&0.0));
+        // Text is not a number, even when it spells one.
+        assert_eq!(e.labels.get("price"), None);
     }
 
     #[test]
