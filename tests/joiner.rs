@@ -41,11 +41,13 @@ struct AppEvent {
     body: String,
 }
 
+/// An app event with an id of its own, as apps give them (`event-id = "event_id"` in every
+/// joiner config here): sending the same `AppEvent` twice is a retry, which counts once.
 fn app_event(request: &str, item: &str, time_ms: i64, kind: &str) -> AppEvent {
     AppEvent {
         key: item.to_owned(),
         body: format!(
-            r#"{{"request_id":"{request}","item_id":"{item}","event_time":{time_ms},"event_type":"{kind}"}}"#
+            r#"{{"request_id":"{request}","item_id":"{item}","event_time":{time_ms},"event_type":"{kind}","event_id":"{request}/{item}/{kind}/{time_ms}"}}"#
         ),
     }
 }
@@ -95,7 +97,7 @@ fn joiner_config(
         format!(
             "group = \"{group}\"\ninstance = \"{name}\"\n{}\
              [input]\nfeatures-topic = \"{features}\"\nevents-topic = \"{events}\"\nevents-format = \"json\"\n\
-             dead-letter-topic = \"{dead_letter}\"\n[join]\nfeatures-wait = \"1h\"\nimpressions-wait = \"1h\"\n\
+             dead-letter-topic = \"{dead_letter}\"\n[input.json-fields]\nevent-id = \"event_id\"\n[join]\nfeatures-wait = \"1h\"\nimpressions-wait = \"1h\"\n\
              idle-timeout = \"1h\"\n\
              [output]\npath = \"{}\"\nflush-interval = \"300ms\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
             kafka_toml(kafka),
@@ -457,9 +459,10 @@ async fn send_wave(s: &mut Setup, seeds: std::ops::Range<u32>) {
 
 /// Sends the recommender requests of each range of seeds in `waves` through a sidecar to
 /// `s.features`, and app events for them to `s.events`, one batch of events per wave: items 0
-/// and 2 of each request impressed, item 2 also clicked; adds their rows to `s.expected`. A
-/// wave that starts at seed 0 also sends one event that is not JSON. Events are keyed by item
-/// id (CRC32), or, `by_request`, by request id with murmur2 (see `setup_with`).
+/// and 2 of each request impressed, item 2 also clicked (the click sent twice, a retry that
+/// counts once); adds their rows to `s.expected`. A wave that starts at seed 0 also sends one
+/// event that is not JSON. Events are keyed by item id (CRC32), or, `by_request`, by request
+/// id with murmur2 (see `setup_with`).
 async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request: bool) {
     let kafka = &s.kafka;
     let (model_addr, stop) = model_server(&["ranker"]).await;
@@ -486,13 +489,15 @@ async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request
             // first (same key, same partition, so it is read first) to be part of the row
             // whatever order the two topics are read in.
             app.push(app_event(&id, &item(2), t + 20, "click"));
+            // The app's collector sends the click again (a retry): it must count once.
+            app.push(app_event(&id, &item(2), t + 20, "click"));
             app.push(app_event(&id, &item(0), t + 10, "impression"));
             app.push(app_event(&id, &item(2), t + 10, "impression"));
             if featurelog_schemas::sampling::sampled(&id, s.sample_rate) {
                 s.expected.insert((id.clone(), item(0)), 0);
                 s.expected.insert((id.clone(), item(2)), 1);
             } else {
-                s.unsampled_events += 3;
+                s.unsampled_events += 4;
             }
         }
         if seeds.start == 0 {
@@ -560,6 +565,16 @@ async fn events_outside_the_sidecars_sample(name: &str, by_request: bool) {
         &format!(
             "featurelog_join_events_not_sampled_total {}\n",
             s.unsampled_events
+        ),
+    )
+    .await;
+    // Each sampled request's retried click counted once; the unsampled ones' never reached
+    // the state.
+    expect_metric(
+        metrics,
+        &format!(
+            "featurelog_join_outcomes_total{{name=\"duplicate_events\"}} {}\n",
+            s.expected.len() / 2
         ),
     )
     .await;

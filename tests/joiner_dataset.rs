@@ -70,6 +70,7 @@ fn event(request: &str, item: &str, time_us: i64, kind: EventKind) -> Event {
         time_us,
         kind,
         labels: BTreeMap::new(),
+        event_id: None,
     }
 }
 

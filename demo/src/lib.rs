@@ -344,6 +344,7 @@ pub async fn run(
             "group = \"{group}\"\ninstance = \"demo\"\n[kafka]\nbootstrap-servers = \"{bootstrap}\"\n\
              [input]\nfeatures-topic = \"{features}\"\nevents-topic = \"{events}\"\n\
              events-format = \"json\"\ndead-letter-topic = \"{dlq}\"\n\
+             [input.json-fields]\nevent-id = \"event_id\"\n\
              [join]\nfeatures-wait = \"1m\"\nimpressions-wait = \"1m\"\nlabel-window = \"2s\"\n\
              max-out-of-orderness = \"0s\"\nidle-timeout = \"1s\"\n\
              [output]\npath = \"dataset\"\nflush-interval = \"1s\"\n\
@@ -581,11 +582,16 @@ async fn send_traffic(
                 sends.push((item, now_ms, "impression"));
                 if clicked {
                     sends.push((item, now_ms + 400, "click"));
+                    // Apps retry: some clicks reach the topic twice. Each event has an id
+                    // of its own, so the joiner counts them once.
+                    if item % 3 == 0 {
+                        sends.push((item, now_ms + 400, "click"));
+                    }
                 }
             }
             for (item, time_ms, kind) in sends {
                 let body = format!(
-                    r#"{{"request_id":"{id}","item_id":"{item}","event_time":{time_ms},"event_type":"{kind}"}}"#
+                    r#"{{"request_id":"{id}","item_id":"{item}","event_time":{time_ms},"event_type":"{kind}","event_id":"{id}/{item}/{kind}"}}"#
                 );
                 let key = item.to_string();
                 producer

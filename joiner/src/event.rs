@@ -34,6 +34,9 @@ pub struct Event {
     pub kind: EventKind,
     /// Label values that came with it.
     pub labels: BTreeMap<String, f64>,
+    /// The event's own id, when the app gives one: a second event with the same id for the
+    /// same request and item is a retry and counts once.
+    pub event_id: Option<String>,
 }
 
 /// Why an event was refused.
@@ -155,6 +158,12 @@ pub struct JsonFields {
     /// Numeric fields copied as label values (booleans as 1 and 0).
     #[serde(default)]
     pub labels: Vec<String>,
+    /// The event id field (string or integer), when the apps give each event an id of its
+    /// own: an event whose id was already counted for its request and item (an app's or a
+    /// collector's retry) is dropped and counted as `duplicate_events`. Events without it are
+    /// all counted.
+    #[serde(default)]
+    pub event_id: Option<String>,
 }
 
 impl Default for JsonFields {
@@ -167,6 +176,7 @@ impl Default for JsonFields {
             event_type: default_event_type(),
             event_types: EventTypes::default(),
             labels: Vec::new(),
+            event_id: None,
         }
     }
 }
@@ -435,6 +445,7 @@ pub fn from_impression(m: Impression) -> Result<Event, EventError> {
         time_us,
         kind,
         labels: m.labels.into_iter().collect(),
+        event_id: Some(m.event_id).filter(|id| !id.is_empty()),
     })
 }
 
@@ -515,12 +526,20 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
             labels.insert(name.clone(), v);
         }
     }
+    let event_id = match (&fields.event_id, picked.event_id) {
+        (Some(name), Some(value)) if !value.is_null() && value != "" => {
+            Some(id(Some(value), name)?)
+        }
+        // An event from an app that does not set it yet is counted like any other.
+        _ => None,
+    };
     Ok(Event {
         request_id: id(picked.request_id, &fields.request_id)?,
         item_id: id(picked.item_id, &fields.item_id)?,
         time_us,
         kind,
         labels,
+        event_id,
     })
 }
 
@@ -534,6 +553,7 @@ struct Picked {
     item_id: Option<serde_json::Value>,
     event_time: Option<serde_json::Value>,
     event_type: Option<serde_json::Value>,
+    event_id: Option<serde_json::Value>,
     /// By position in `JsonFields::labels`.
     labels: Vec<Option<serde_json::Value>>,
 }
@@ -579,6 +599,7 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
                 reach(&f.item_id, k),
                 reach(&f.event_time, k),
                 reach(&f.event_type, k),
+                f.event_id.as_deref().and_then(|name| reach(name, k)),
             ];
             let label = f.labels.iter().any(|l| reach(l, k).is_some());
             if !label && slots.iter().all(Option::is_none) {
@@ -592,6 +613,7 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
                 &mut picked.item_id,
                 &mut picked.event_time,
                 &mut picked.event_type,
+                &mut picked.event_id,
             ]) {
                 if let Some(found) = path.and_then(|p| at(&value, p)) {
                     *slot = Some(found.clone());
@@ -835,11 +857,23 @@ mod tests {
             event_type: EventType::Conversion as i32,
             event_name: String::new(),
             labels: [("revenue".to_string(), 9.5)].into(),
+            event_id: "ev-7".into(),
         };
         let e = from_protobuf(&m.encode_to_vec()).unwrap();
         assert_eq!(e.time_us, 1_764_439_200_000_005);
         assert_eq!(e.kind, EventKind::Conversion);
         assert_eq!(e.labels.get("revenue"), Some(&9.5));
+        assert_eq!(e.event_id.as_deref(), Some("ev-7"));
+        // Unset, it is no id (proto3 cannot tell an empty string from a missing one).
+        let e = from_protobuf(
+            &Impression {
+                event_id: String::new(),
+                ..m
+            }
+            .encode_to_vec(),
+        )
+        .unwrap();
+        assert_eq!(e.event_id, None);
     }
 
     #[test]
@@ -963,6 +997,7 @@ mod tests {
                 event_type: EventType::Impression as i32,
                 event_name: String::new(),
                 labels: Default::default(),
+                event_id: String::new(),
             })
         };
         for (seconds, nanos) in [
@@ -1168,6 +1203,7 @@ mod tests {
             event_type: EventType::Impression as i32,
             event_name: String::new(),
             labels: Default::default(),
+            event_id: String::new(),
         }
         .encode_to_vec();
         let plain = from_protobuf(&m).unwrap();
@@ -1256,6 +1292,50 @@ mod tests {
         assert_eq!(e.labels.get("returned"), Some(&0.0));
         // Text is not a number, even when it spells one.
         assert_eq!(e.labels.get("price"), None);
+    }
+
+    #[test]
+    fn event_ids_are_read_when_configured_and_absent_ones_are_no_id() {
+        let f = JsonFields {
+            event_id: Some("meta.event_id".into()),
+            ..JsonFields::default()
+        };
+        let base =
+            r#""request_id":"r","item_id":"i","event_time":1764439200123,"event_type":"click""#;
+        let read = |extra: &str| from_json(format!("{{{base}{extra}}}").as_bytes(), &f);
+        assert_eq!(
+            read(r#","meta":{"event_id":"3f1c"}"#)
+                .unwrap()
+                .event_id
+                .as_deref(),
+            Some("3f1c")
+        );
+        assert_eq!(
+            read(r#","meta":{"event_id":77}"#)
+                .unwrap()
+                .event_id
+                .as_deref(),
+            Some("77")
+        );
+        // An app that does not send one yet: its events count as they always did.
+        for extra in [
+            "",
+            r#","meta":{}"#,
+            r#","meta":{"event_id":null}"#,
+            r#","meta":{"event_id":""}"#,
+        ] {
+            assert_eq!(read(extra).unwrap().event_id, None, "{extra}");
+        }
+        let err = read(r#","meta":{"event_id":{"a":1}}"#).unwrap_err();
+        assert_eq!(err.reason(), "bad_field");
+        assert!(err.to_string().contains("meta.event_id"), "{err}");
+        // Not configured: never read, even when the event carries one.
+        let e = from_json(
+            format!(r#"{{{base},"event_id":"x"}}"#).as_bytes(),
+            &JsonFields::default(),
+        )
+        .unwrap();
+        assert_eq!(e.event_id, None);
     }
 
     #[test]

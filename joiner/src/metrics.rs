@@ -25,7 +25,7 @@ pub struct JoinMetrics {
     registry: Registry,
     /// What happened to entries: joined, scored_not_impressed, negatives,
     /// impression_without_features, unknown_item, labels_without_impression, late, evicted,
-    /// duplicate_features, lost_on_restore.
+    /// duplicate_features, duplicate_events, lost_on_restore.
     pub outcomes: Family<Label, Counter>,
     /// Rows committed to the dataset.
     pub rows_written: Counter,
@@ -155,6 +155,11 @@ impl JoinMetrics {
                 "duplicate_features",
                 reported.duplicate_features,
                 now.duplicate_features,
+            ),
+            (
+                "duplicate_events",
+                reported.duplicate_events,
+                now.duplicate_events,
             ),
             (
                 "lost_on_restore",

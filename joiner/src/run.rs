@@ -626,6 +626,7 @@ fn to_impression(e: &Event) -> Impression {
         event_type: event_type as i32,
         event_name,
         labels: e.labels.clone().into_iter().collect(),
+        event_id: e.event_id.clone().unwrap_or_default(),
     }
 }
 
@@ -1981,6 +1982,8 @@ mod tests {
                 labels: [("price".to_string(), 1.5 * i as f64)]
                     .into_iter()
                     .collect(),
+                // The router carries the id the app gave, for the task to drop retries.
+                event_id: (i != 2).then(|| format!("ev-{i}")),
             })
             .collect();
         let mut buf = Vec::new();

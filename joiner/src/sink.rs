@@ -1737,6 +1737,7 @@ mod tests {
                 time_us: 0,
                 kind: crate::event::EventKind::Impression,
                 labels: BTreeMap::new(),
+                event_id: None,
             })
             .is_empty()
     }

@@ -93,6 +93,9 @@ pub struct Counts {
     pub evicted: u64,
     /// Feature logs for a request that already had one (the first is kept).
     pub duplicate_features: u64,
+    /// Events dropped because an event with the same id was already counted for their
+    /// request and item (retries of apps and collectors).
+    pub duplicate_events: u64,
     /// Held feature logs that a restore could not read back from the feature-log topic (its
     /// retention or compaction deleted them): their impressions find no features.
     pub lost_on_restore: u64,
@@ -147,7 +150,20 @@ struct Pending {
     /// Whether `(due, request, item)` is in `pending_due`: known here, so that neither
     /// scheduling nor removal builds the index key (two id copies) only to look for it.
     indexed: bool,
+    /// The ids of the events counted in this entry (those that had one): a retry of one of
+    /// them must not count a click or add a label value twice. A few per entry, so a list.
+    event_ids: Vec<String>,
 }
+
+impl Pending {
+    /// What its event ids add to [`pending_bytes`].
+    fn ids_bytes(&self) -> usize {
+        self.event_ids.iter().map(|id| id.len() + ID_BYTES).sum()
+    }
+}
+
+/// An event id held in a pending entry beyond its text: the string and its slot in the list.
+const ID_BYTES: usize = 32;
 
 const PENDING_BYTES: usize = 256;
 
@@ -367,6 +383,7 @@ impl JoinState {
             time_us,
             kind,
             labels,
+            event_id,
         } = event;
         if self
             .emitted
@@ -419,6 +436,12 @@ impl JoinState {
             return out;
         }
         let key = (request_id, item_id);
+        let retried = |p: &Pending| event_id.as_ref().is_some_and(|id| p.event_ids.contains(id));
+        if self.pending.get(&key).is_some_and(retried) {
+            self.counts.duplicate_events += 1;
+            self.advance_into(&mut out);
+            return out;
+        }
         let is_new = !self.pending.contains_key(&key);
         let p = self.pending.entry(key.clone()).or_insert_with(|| Pending {
             first_us: time_us,
@@ -434,6 +457,10 @@ impl JoinState {
             }
         }
         p.first_us = p.first_us.min(time_us);
+        if let Some(id) = event_id {
+            self.bytes += id.len() + ID_BYTES;
+            p.event_ids.push(id);
+        }
         match kind {
             EventKind::Impression => {
                 // A repeated impression keeps the first.
@@ -516,7 +543,9 @@ impl JoinState {
             self.pending_due
                 .remove(&(p.due, key.0.clone(), key.1.clone()));
         }
-        self.bytes = self.bytes.saturating_sub(pending_bytes(key));
+        self.bytes = self
+            .bytes
+            .saturating_sub(pending_bytes(key) + p.ids_bytes());
         Some(p)
     }
 
@@ -786,6 +815,9 @@ struct SnapPending {
     values: BTreeMap<String, f64>,
     #[prost(uint64, optional, tag = "9")]
     matched_row: Option<u64>,
+    /// The ids of the events counted in the entry (none in files of earlier versions).
+    #[prost(string, repeated, tag = "10")]
+    event_ids: Vec<String>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -926,6 +958,7 @@ impl JoinState {
                     other: p.labels.other.clone(),
                     values: p.labels.values.clone(),
                     matched_row: p.matched.as_ref().map(|(_, row)| *row as u64),
+                    event_ids: p.event_ids.clone(),
                 })
                 .collect(),
             emitted: self
@@ -1121,23 +1154,22 @@ impl JoinState {
                 None => None,
             };
             let key = (p.request_id, p.item_id);
-            state.pending.insert(
-                key.clone(),
-                Pending {
-                    impression_us: p.impression_us,
-                    first_us: p.first_us,
-                    labels: Labels {
-                        clicks: p.clicks,
-                        conversions: p.conversions,
-                        other: p.other,
-                        values: p.values,
-                    },
-                    matched,
-                    due: i64::MIN,
-                    indexed: false,
+            let pending = Pending {
+                impression_us: p.impression_us,
+                first_us: p.first_us,
+                labels: Labels {
+                    clicks: p.clicks,
+                    conversions: p.conversions,
+                    other: p.other,
+                    values: p.values,
                 },
-            );
-            state.bytes += pending_bytes(&key);
+                matched,
+                due: i64::MIN,
+                indexed: false,
+                event_ids: p.event_ids,
+            };
+            state.bytes += pending_bytes(&key) + pending.ids_bytes();
+            state.pending.insert(key.clone(), pending);
             if !state.features.contains_key(&key.0) {
                 state
                     .waiting
@@ -1226,6 +1258,7 @@ mod tests {
             time_us: at_min * MIN,
             kind,
             labels: BTreeMap::new(),
+            event_id: None,
         }
     }
 
@@ -1870,6 +1903,66 @@ mod tests {
         let rows = s.feed(event("r2", "b", 5, EventKind::Click));
         assert_eq!(rows.len(), 1);
         assert_eq!(s.counts.joined, 1);
+    }
+
+    #[test]
+    fn retried_events_count_once_per_event_id_even_across_a_restore() {
+        let with_id = |mut e: Event, id: &str| {
+            e.event_id = Some(id.into());
+            e
+        };
+        let mut s = JoinState::new(config(Some(10 * MIN)));
+        s.add_features(log("r1", 0, &["a", "b"]));
+        let bytes = s.bytes();
+        let mut impression = with_id(event("r1", "a", 1, EventKind::Impression), "imp-1");
+        impression.labels.insert("dwell".into(), 4.0);
+        s.feed(impression.clone());
+        s.feed(with_id(event("r1", "a", 2, EventKind::Click), "click-1"));
+        // The app's collector retries both.
+        s.feed(impression);
+        s.feed(with_id(event("r1", "a", 2, EventKind::Click), "click-1"));
+        assert!(s.bytes() > bytes, "the ids count against the bound");
+        let mut files = HashMap::default();
+        let snap = s.snapshot(1, &file(1));
+        files.insert(file(1), snap.bytes.clone());
+        let mut restored = JoinState::restore(
+            config(Some(10 * MIN)),
+            &snap.bytes,
+            legacy,
+            read(&files),
+            no_topic,
+        )
+        .unwrap();
+        let later = |s: &mut JoinState| {
+            // A retry read after a restart, a second real click, a click whose app gives no
+            // ids (counted, as every event without one), and the close of the window.
+            let mut rows = s.feed(with_id(event("r1", "a", 3, EventKind::Click), "click-1"));
+            rows.extend(s.feed(with_id(event("r1", "a", 4, EventKind::Click), "click-2")));
+            rows.extend(s.feed(event("r1", "a", 5, EventKind::Click)));
+            rows.extend(s.add_features(log("r9", 12, &["z"])));
+            rows.extend(s.feed(event("x", "y", 12, EventKind::Click)));
+            rows
+        };
+        // Counts are this process's (for its metrics): the restored state counts from 0.
+        for (s, duplicates) in [(&mut s, 3), (&mut restored, 1)] {
+            let rows = later(s);
+            assert_eq!(keys(&rows), [("r1".to_string(), "a".to_string())]);
+            assert_eq!(
+                rows[0].labels.clicks, 3,
+                "click-1, click-2 and the one without id"
+            );
+            assert_eq!(
+                rows[0].labels.values["dwell"], 4.0,
+                "the retried impression adds nothing"
+            );
+            assert_eq!(rows[0].impression_time_us, Some(MIN));
+            assert_eq!(s.counts.duplicate_events, duplicates);
+        }
+        // What the ids held is given back with the entry.
+        s.feed(event("r1", "b", 13, EventKind::Impression));
+        s.features_idle(i64::MAX / 2);
+        s.source_progress(0, i64::MAX / 2);
+        assert_eq!(s.bytes(), 0);
     }
 
     #[test]
