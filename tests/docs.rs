@@ -197,10 +197,11 @@ fn sidecar_config_reference_covers_every_key() {
         &mut keys,
     );
     // Every field of the struct, whether the sample shows it or not.
-    // With the optional [tls] section, so that its keys are listed too.
+    // With the optional [tls] and [rest] sections, so that their keys are listed too.
     let minimal = "upstream = \"http://127.0.0.1:9001\"\nallow-list = \"a.toml\"\n\
                    [kafka]\nbootstrap-servers = \"k:9092\"\n\
-                   [tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nclient-ca = \"ca.pem\"";
+                   [tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nclient-ca = \"ca.pem\"\n\
+                   [rest]\nlisten = \"127.0.0.1:8000\"\nupstream = \"http://127.0.0.1:9000\"";
     let config = featurelog_sidecar::SidecarConfig::from_toml_with_env(
         Path::new("sidecar.toml"),
         minimal,
@@ -419,11 +420,14 @@ fn sidecar_metrics_reference_covers_every_metric_and_reason() {
         reasons.extend(literal_args(&text, "drop_call"));
         reasons.extend(literal_args(&text, "skip_call"));
     }
-    // Reasons computed from errors: the sidecar's extraction and the tensor decoder's.
-    reasons.extend(literals_in_fn(
-        &read("services/sidecar/src/extract.rs"),
-        "pub fn reason(",
-    ));
+    // Reasons computed from errors: the sidecar's extraction, its REST bodies' and the tensor
+    // decoder's.
+    for file in [
+        "services/sidecar/src/extract.rs",
+        "services/sidecar/src/rest_json.rs",
+    ] {
+        reasons.extend(literals_in_fn(&read(file), "pub fn reason("));
+    }
     reasons.extend(literals_in_fn(
         &read("schemas/src/tensor.rs"),
         "pub fn reason(",
@@ -436,6 +440,8 @@ fn sidecar_metrics_reference_covers_every_metric_and_reason() {
         [
             "model_infer",
             "other",
+            "rest_infer",
+            "rest_other",
             "ok",
             "error",
             "upstream_unavailable",

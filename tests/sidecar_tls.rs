@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use featurelog_schemas::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use featurelog_sidecar::config::TlsConfig;
+use featurelog_sidecar::config::{RestConfig, TlsConfig};
 use featurelog_testkit::kafka;
 use featurelog_testkit::serving::{
     client, decode_log, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
@@ -103,6 +103,66 @@ async fn tls_client(
     Ok(client)
 }
 
+/// A model server's HTTP port that answers every request with `{"ready":true}`.
+async fn ready_http_server() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = r#"{"ready":true}"#;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// `GET path` over TLS and HTTP/1.1 (offering only `http/1.1`, as REST clients do), trusting
+/// `ca`: the response as text.
+async fn https_get(addr: SocketAddr, ca: &str, path: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    // A peer that closes without close_notify still gave its whole response here.
+    let _ = tls.read_to_end(&mut response).await;
+    Ok(String::from_utf8_lossy(&response).into_owned())
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     // Written whole under another name and renamed, as a certificate manager does.
@@ -162,7 +222,21 @@ async fn over_tls_calls_pass_and_are_logged_and_renewed_certificates_are_taken()
         key: dir.path().join("tls.key"),
         client_ca: None,
     });
+    let http_upstream = ready_http_server().await;
+    config.rest = Some(RestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: format!("http://{http_upstream}"),
+    });
     let sidecar = sidecar(config).await;
+
+    // The REST port is served with the same certificate, to HTTP/1.1 clients too.
+    let rest = https_get(sidecar.rest_addr.unwrap(), &ca.pem(), "/v2/health/ready")
+        .await
+        .unwrap();
+    assert!(
+        rest.starts_with("HTTP/1.1 200") && rest.ends_with(r#"{"ready":true}"#),
+        "{rest}"
+    );
 
     // Through TLS: the model server's answer, and the call's features on the topic.
     let mut direct = client(model_addr).await;

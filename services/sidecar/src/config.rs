@@ -37,6 +37,10 @@ pub struct SidecarConfig {
     pub tls: Option<TlsConfig>,
     /// The model server that calls are forwarded to, as `http://host:port`.
     pub upstream: String,
+    /// The protocol's HTTP/REST binding beside gRPC, for clients that call the model server's
+    /// HTTP port (`tritonclient.http`, KServe's REST client, plain HTTP). Off when omitted.
+    #[serde(default)]
+    pub rest: Option<RestConfig>,
     /// `log` (default) or `pass-through`.
     #[serde(default)]
     pub mode: Mode,
@@ -82,6 +86,18 @@ pub struct TlsConfig {
     /// them (mutual TLS).
     #[serde(default)]
     pub client_ca: Option<PathBuf>,
+}
+
+/// The REST proxy: every HTTP request to `listen` is forwarded to `upstream` unchanged, and
+/// `POST /v2/models/{model}[/versions/{version}]/infer` calls are logged under the same allow
+/// list as gRPC calls. Served over TLS too when `[tls]` is set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RestConfig {
+    /// Where REST clients connect (HTTP/1.1, or HTTP/2 with prior knowledge).
+    pub listen: SocketAddr,
+    /// The model server's HTTP port, as `http://host:port` (HTTP/1.1).
+    pub upstream: String,
 }
 
 /// The HTTP endpoint for `/metrics`, `/healthz` and `/readyz`.
@@ -275,6 +291,26 @@ impl SidecarConfig {
                 self.upstream
             ));
         }
+        if let Some(rest) = &self.rest {
+            let uri: Option<http::Uri> = rest.upstream.parse().ok();
+            if uri
+                .as_ref()
+                .is_none_or(|u| u.scheme_str() != Some("http") || u.authority().is_none())
+            {
+                return Err(format!(
+                    "rest.upstream {:?} must look like http://host:port (the model server's HTTP port)",
+                    rest.upstream
+                ));
+            }
+            if rest.listen.port() != 0
+                && (rest.listen == self.listen || rest.listen == self.metrics.listen)
+            {
+                return Err(format!(
+                    "rest.listen {} is also the gRPC or the metrics port: give it a port of its own",
+                    rest.listen
+                ));
+            }
+        }
         if self.mode == Mode::Log && self.kafka.is_none() {
             return Err(
                 "mode is \"log\" but there is no [kafka] section with bootstrap-servers".into(),
@@ -421,6 +457,28 @@ mod tests {
         assert_eq!(c.shutdown_timeout, Duration::from_secs(20));
         // Relative to the config file, not to wherever the process was started.
         assert_eq!(c.allow_list, Path::new("/etc/featurelog/allow.toml"));
+    }
+
+    #[test]
+    fn the_rest_port_needs_an_http_upstream_and_a_port_of_its_own() {
+        let rest = |listen: &str, upstream: &str| {
+            parse(
+                &format!("{MINIMAL}\n[rest]\nlisten = \"{listen}\"\nupstream = \"{upstream}\""),
+                &[],
+            )
+        };
+        let c = rest("127.0.0.1:8000", "http://127.0.0.1:9000").unwrap();
+        assert_eq!(c.rest.unwrap().upstream, "http://127.0.0.1:9000");
+        let err = rest("127.0.0.1:8000", "127.0.0.1:9000").unwrap_err();
+        assert!(err.to_string().contains("rest.upstream"), "{err}");
+        let err = rest("0.0.0.0:8001", "http://127.0.0.1:9000").unwrap_err();
+        assert!(err.to_string().contains("port of its own"), "{err}");
+        // Port 0 (any free port) is not a clash.
+        assert!(rest("0.0.0.0:0", "http://a:1").is_ok());
+        assert!(
+            parse(MINIMAL, &[]).unwrap().rest.is_none(),
+            "off unless set"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! - [`config`]: the config file and its environment overrides.
 //! - [`allowlist`]: what is logged, per model; hot-reloaded.
 //! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer.
+//! - [`rest`]: the same for the protocol's HTTP/REST binding; [`rest_json`] reads its bodies.
 //! - [`tls`]: TLS on the client port, its certificate reloaded when renewed.
 //! - [`publisher`]: the bounded queue, decoding threads, producer and adaptive controller.
 //! - [`extract`]: one call to one record; [`direct`]: its fast path for raw numeric tensors.
@@ -22,6 +23,8 @@ pub mod lazy;
 pub mod metrics;
 pub mod proxy;
 pub mod publisher;
+pub mod rest;
+pub mod rest_json;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -43,6 +46,8 @@ use crate::publisher::Publisher;
 pub struct Sidecar {
     /// Where clients connect.
     pub local_addr: SocketAddr,
+    /// Where REST clients connect, when `[rest]` is set.
+    pub rest_addr: Option<SocketAddr>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub metrics_addr: SocketAddr,
     /// Its metrics.
@@ -53,6 +58,7 @@ pub struct Sidecar {
     shutdown: CancellationToken,
     ready: Arc<AtomicBool>,
     proxy_task: JoinHandle<()>,
+    rest_task: Option<JoinHandle<()>>,
     publisher: Option<Arc<Publisher>>,
 }
 
@@ -117,6 +123,22 @@ pub async fn start(
         }
         None => None,
     };
+    let rest = match &config.rest {
+        Some(r) => {
+            let proxy = rest::RestProxy::new(
+                &r.upstream,
+                metrics.clone(),
+                publisher.clone(),
+                config.publish.max_message_bytes,
+            )
+            .map_err(|message| SidecarError::Config {
+                path: "rest.upstream".into(),
+                message,
+            })?;
+            Some((Arc::new(proxy), bind(r.listen).await?))
+        }
+        None => None,
+    };
     let listener = bind(config.listen).await?;
     let metrics_listener = bind(config.metrics.listen).await?;
     let local_addr = listener.local_addr().map_err(|source| SidecarError::Bind {
@@ -139,6 +161,20 @@ pub async fn start(
         ready.clone(),
         CancellationToken::new(),
     ));
+    let mut rest_addr = None;
+    let rest_task = match rest {
+        Some((proxy, listener)) => {
+            rest_addr = listener.local_addr().ok();
+            Some(tokio::spawn(rest::serve(
+                listener,
+                tls.clone(),
+                proxy,
+                shutdown.clone(),
+                config.shutdown_timeout,
+            )))
+        }
+        None => None,
+    };
     let proxy_task = tokio::spawn(proxy::serve(
         listener,
         tls,
@@ -150,6 +186,7 @@ pub async fn start(
         listen = %local_addr,
         tls = config.tls.is_some(),
         upstream = %config.upstream,
+        rest = ?rest_addr,
         mode = ?config.mode,
         metrics = %metrics_addr,
         allow_list = ?allow_list.as_ref().map(|a| a.current().version.clone()),
@@ -157,6 +194,7 @@ pub async fn start(
     );
     Ok(Sidecar {
         local_addr,
+        rest_addr,
         metrics_addr,
         metrics,
         allow_list,
@@ -164,6 +202,7 @@ pub async fn start(
         shutdown,
         ready,
         proxy_task,
+        rest_task,
         publisher,
     })
 }
@@ -181,6 +220,9 @@ impl Sidecar {
         self.shutdown.cancelled().await;
         self.ready.store(false, Ordering::SeqCst);
         let _ = self.proxy_task.await;
+        if let Some(rest) = self.rest_task {
+            let _ = rest.await;
+        }
         let Some(publisher) = self.publisher else {
             return 0;
         };

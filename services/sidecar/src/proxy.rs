@@ -209,6 +209,7 @@ impl Proxy {
                 response_encoding,
                 fallback_request_id: fallback_id,
                 served_at,
+                rest: None,
             });
         });
         let added = started.elapsed().saturating_sub(upstream_time);
@@ -550,7 +551,7 @@ type OnDone = Box<dyn FnOnce(Captured) + Send>;
 
 /// A body that passes every frame through and keeps a reference to each data chunk; when it is
 /// dropped (after its end, or cut short) it hands what it saw to `on_done`.
-struct Tap<B: Body> {
+pub(crate) struct Tap<B: Body> {
     inner: B,
     captured: Captured,
     /// The body ended in an error (a reset, a broken connection): never complete.
@@ -560,7 +561,11 @@ struct Tap<B: Body> {
 }
 
 impl<B: Body> Tap<B> {
-    fn new(inner: B, limit: usize, on_done: impl FnOnce(Captured) + Send + 'static) -> Self {
+    pub(crate) fn new(
+        inner: B,
+        limit: usize,
+        on_done: impl FnOnce(Captured) + Send + 'static,
+    ) -> Self {
         Self {
             inner,
             captured: Captured::default(),
@@ -661,6 +666,53 @@ async fn serve_client<I>(
     }
 }
 
+/// What serves the connections a listener accepts (past TLS, when it is on): the gRPC proxy's
+/// HTTP/2, or the REST proxy's HTTP/1.1 and HTTP/2.
+pub(crate) trait Connections: Clone + Send + 'static {
+    /// Serves one connection until it ends or the graceful shutdown `watcher` belongs to
+    /// closes it.
+    fn serve<I>(
+        self,
+        io: I,
+        watcher: hyper_util::server::graceful::Watcher,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+
+    /// Where TLS handshake failures are counted.
+    fn metrics(&self) -> &Metrics;
+
+    /// The TLS acceptor for a new connection (they differ in the protocols they offer).
+    fn acceptor(tls: &crate::tls::Tls) -> tokio_rustls::TlsAcceptor {
+        tls.acceptor()
+    }
+}
+
+#[derive(Clone)]
+struct GrpcConnections {
+    proxy: Arc<Proxy>,
+    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+}
+
+impl Connections for GrpcConnections {
+    fn serve<I>(
+        self,
+        io: I,
+        watcher: hyper_util::server::graceful::Watcher,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        serve_client(io, self.proxy, self.builder, watcher, peer)
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.proxy.metrics
+    }
+}
+
 /// Serves the proxy on `listener` (over TLS with `tls`) until `shutdown`, then stops accepting
 /// and lets the calls in flight finish for up to `drain`.
 pub async fn serve(
@@ -670,12 +722,25 @@ pub async fn serve(
     shutdown: CancellationToken,
     drain: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .adaptive_window(true)
         .max_frame_size(1 << 20);
+    let connections = GrpcConnections { proxy, builder };
+    accept_loop(listener, tls, connections, shutdown, drain).await;
+}
+
+/// Accepts connections on `listener` for `connections` (over TLS with `tls`) until
+/// `shutdown`, then stops accepting and lets the calls in flight finish for up to `drain`.
+pub(crate) async fn accept_loop<C: Connections>(
+    listener: TcpListener,
+    tls: Option<Arc<crate::tls::Tls>>,
+    connections: C,
+    shutdown: CancellationToken,
+    drain: Duration,
+) {
+    let graceful = GracefulShutdown::new();
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -691,26 +756,26 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let (proxy, builder, watcher) = (proxy.clone(), builder.clone(), graceful.watcher());
+        let (connections, watcher) = (connections.clone(), graceful.watcher());
         let Some(tls) = &tls else {
-            tokio::spawn(serve_client(stream, proxy, builder, watcher, peer));
+            tokio::spawn(connections.serve(stream, watcher, peer));
             continue;
         };
         // The handshake runs in the connection's task, so that a slow or silent client holds
         // up neither the accept loop nor anyone else.
-        let acceptor = tls.acceptor();
+        let acceptor = C::acceptor(tls);
         tokio::spawn(async move {
             let handshake =
                 tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
             match handshake {
-                Ok(Ok(stream)) => serve_client(stream, proxy, builder, watcher, peer).await,
+                Ok(Ok(stream)) => connections.serve(stream, watcher, peer).await,
                 Ok(Err(err)) => {
                     tracing::debug!(%peer, %err, "TLS handshake failed");
-                    proxy.metrics.tls_handshake_failed("error");
+                    connections.metrics().tls_handshake_failed("error");
                 }
                 Err(_) => {
                     tracing::debug!(%peer, "TLS handshake timed out");
-                    proxy.metrics.tls_handshake_failed("timeout");
+                    connections.metrics().tls_handshake_failed("timeout");
                 }
             }
         });

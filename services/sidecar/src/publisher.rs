@@ -70,6 +70,23 @@ pub struct CapturedCall {
     pub fallback_request_id: String,
     /// When the call arrived.
     pub served_at: SystemTime,
+    /// Set for a call of the REST binding: the bodies are then HTTP bodies (the protocol's JSON,
+    /// with the binary extension's data after it) instead of gRPC-framed messages, and the
+    /// encodings are `Content-Encoding`s.
+    pub rest: Option<RestCall>,
+}
+
+/// What a REST call says outside its bodies.
+#[derive(Debug, Clone)]
+pub struct RestCall {
+    /// The model, from the URL path.
+    pub model: String,
+    /// Its version, from the URL path; empty when the path names none.
+    pub version: String,
+    /// `Inference-Header-Content-Length` of the request: its JSON part's length.
+    pub request_header_length: Option<usize>,
+    /// The same of the response.
+    pub response_header_length: Option<usize>,
 }
 
 /// A call in the queue, with the allow list in force when it was made: a reload while it waits
@@ -262,7 +279,11 @@ impl Publisher {
         let allow_list = shared.allow_list.current();
         // Decided here when the request says at once which model it is for, so that calls that
         // will not be logged neither wait in the queue nor hold their bodies in it.
-        if let Some((model, version)) = request_model(&call.request) {
+        let named = match &call.rest {
+            Some(rest) => Some((rest.model.as_str(), rest.version.as_str())),
+            None => request_model(&call.request),
+        };
+        if let Some((model, version)) = named {
             match allow_list.rule(model, version) {
                 None => return shared.metrics.skip_call("not_allow_listed"),
                 Some(rule) if rule.outputs.is_empty() && rule.top_k.is_none() => {
@@ -541,12 +562,133 @@ pub(crate) fn unframe(
     }
 }
 
+/// An HTTP body as the model server read it: inflated per its `Content-Encoding` (gzip and
+/// deflate, as Triton's HTTP clients send), at most `limit` bytes.
+pub(crate) fn inflate_http(
+    chunks: Vec<Bytes>,
+    encoding: Option<&str>,
+    limit: usize,
+    scratch: &mut BytesMut,
+) -> Result<Bytes, Unframe> {
+    let body = concat(chunks, scratch);
+    let mut out = Vec::new();
+    let read = match encoding.map(str::trim) {
+        None | Some("" | "identity") => return Ok(body),
+        Some(e) if e.eq_ignore_ascii_case("gzip") => flate2::bufread::GzDecoder::new(&body[..])
+            .take(limit as u64 + 1)
+            .read_to_end(&mut out),
+        Some(e) if e.eq_ignore_ascii_case("deflate") => {
+            flate2::bufread::ZlibDecoder::new(&body[..])
+                .take(limit as u64 + 1)
+                .read_to_end(&mut out)
+        }
+        Some(_) => return Err(Unframe::Compression),
+    };
+    read.map_err(|_| Unframe::Malformed)?;
+    if out.len() > limit {
+        return Err(Unframe::TooLarge);
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Whether a call of `rule` with this id is logged: the allow list's sample, then what the
+/// adaptive controller lets through. Counts the ones that are not.
+fn admitted(shared: &Shared, rule: &crate::allowlist::ModelRule, request_id: &str) -> bool {
+    if !sampling::sampled(request_id, rule.sample_rate) {
+        shared.metrics.skip_call("not_sampled");
+        return false;
+    }
+    let fraction = f64::from_bits(shared.fraction.load(Ordering::Relaxed));
+    // A different hash input than sampling, so shedding does not select the same requests.
+    if fraction < 1.0 && !sampling::sampled(&format!("shed:{request_id}"), fraction) {
+        shared.metrics.drop_call("adaptive_shed");
+        return false;
+    }
+    true
+}
+
+/// A REST call: its JSON (and binary data) read into the gRPC messages, then the same
+/// extraction as a gRPC call's decoded path.
+fn publish_rest(shared: &Shared, call: CapturedCall, rest: RestCall, list: &AllowList) {
+    let metrics = &shared.metrics;
+    let limit = shared.max_message_bytes;
+    let request_size: usize = call.request.iter().map(Bytes::len).sum();
+    let inflated = |chunks, encoding: &Option<String>| {
+        inflate_http(chunks, encoding.as_deref(), limit, &mut BytesMut::new())
+    };
+    let body = match inflated(call.request, &call.request_encoding) {
+        Ok(b) => b,
+        Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
+        Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
+        Err(Unframe::Malformed) => return metrics.drop_call("malformed_json"),
+    };
+    let Some(rule) = list.rule(&rest.model, &rest.version) else {
+        return metrics.skip_call("not_allow_listed");
+    };
+    let request = match crate::rest_json::request(
+        &body,
+        rest.request_header_length,
+        &rest.model,
+        &rest.version,
+    ) {
+        Ok(r) => r,
+        Err(err) => {
+            tracing::debug!(model = %rest.model, "REST call not logged: {err}");
+            return metrics.drop_call(err.reason());
+        }
+    };
+    let request_id = if request.id.is_empty() {
+        call.fallback_request_id
+    } else {
+        request.id.clone()
+    };
+    if !admitted(shared, rule, &request_id) {
+        return;
+    }
+    let response = if !rule.outputs.is_empty() || rule.top_k.is_some() {
+        let read = inflated(call.response, &call.response_encoding)
+            .map_err(|_| "malformed_response")
+            .and_then(|body| {
+                crate::rest_json::response(&body, rest.response_header_length)
+                    .map_err(|_| "malformed_response")
+            });
+        match read {
+            Ok(r) => Some(r),
+            Err(reason) => return metrics.drop_call(reason),
+        }
+    } else {
+        None
+    };
+    let ctx = CallContext {
+        request_id: &request_id,
+        served_at: call.served_at,
+        instance: &shared.instance,
+        allow_list_version: &list.version,
+    };
+    match extract(rule, &request, response.as_ref(), ctx) {
+        Ok(record) => produce(
+            shared,
+            &request_id,
+            &record.encode_to_vec(),
+            record.row_count,
+            request_size,
+        ),
+        Err(err) => {
+            tracing::debug!(model = %rest.model, %request_id, "not logged: {err}");
+            metrics.drop_call(err.reason());
+        }
+    }
+}
+
 fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     let Queued {
-        call,
+        mut call,
         allow_list: list,
         bytes: _,
     } = queued;
+    if let Some(rest) = call.rest.take() {
+        return publish_rest(shared, call, rest, &list);
+    }
     let metrics = &shared.metrics;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
     let unframed = unframe(
@@ -574,13 +716,8 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     } else {
         std::mem::take(&mut scanned.id)
     };
-    if !sampling::sampled(&request_id, rule.sample_rate) {
-        return metrics.skip_call("not_sampled");
-    }
-    let fraction = f64::from_bits(shared.fraction.load(Ordering::Relaxed));
-    // A different hash input than sampling, so shedding does not select the same requests.
-    if fraction < 1.0 && !sampling::sampled(&format!("shed:{request_id}"), fraction) {
-        return metrics.drop_call("adaptive_shed");
+    if !admitted(shared, rule, &request_id) {
+        return;
     }
     let ctx = CallContext {
         request_id: &request_id,
@@ -674,6 +811,49 @@ mod tests {
 
     fn controller() -> AdaptiveController {
         AdaptiveController::new(AdaptiveConfig::default())
+    }
+
+    #[test]
+    fn http_bodies_are_inflated_as_their_content_encoding_says() {
+        use std::io::Write;
+        let body = br#"{"inputs":[]}"#.repeat(50);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&body).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        zlib.write_all(&body).unwrap();
+        let zlib = zlib.finish().unwrap();
+        let read = |bytes: &[u8], encoding, limit| {
+            // In two chunks, as a body arrives.
+            let (a, b) = bytes.split_at(bytes.len() / 2);
+            let chunks = vec![Bytes::copy_from_slice(a), Bytes::copy_from_slice(b)];
+            inflate_http(chunks, encoding, limit, &mut BytesMut::new())
+        };
+        for (bytes, encoding) in [
+            (&body[..], None),
+            (&body[..], Some("identity")),
+            (&gz[..], Some("gzip")),
+            (&gz[..], Some("GZIP")),
+            (&zlib[..], Some("deflate")),
+        ] {
+            assert_eq!(
+                &read(bytes, encoding, 1 << 20).unwrap()[..],
+                &body[..],
+                "{encoding:?}"
+            );
+        }
+        assert!(matches!(
+            read(&gz, Some("gzip"), 100),
+            Err(Unframe::TooLarge)
+        ));
+        assert!(matches!(
+            read(&gz, Some("br"), 1 << 20),
+            Err(Unframe::Compression)
+        ));
+        assert!(matches!(
+            read(&body, Some("gzip"), 1 << 20),
+            Err(Unframe::Malformed)
+        ));
     }
 
     #[test]
@@ -799,6 +979,7 @@ mod tests {
             response_encoding: None,
             fallback_request_id: "r".into(),
             served_at: SystemTime::now(),
+            rest: None,
         };
         let dropped = |reason| {
             metrics

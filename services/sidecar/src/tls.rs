@@ -29,6 +29,8 @@ struct Loaded {
     /// The files' bytes it was built from, to notice a change.
     files: Vec<Vec<u8>>,
     acceptor: TlsAcceptor,
+    /// The same certificate for the REST port, whose clients speak HTTP/1.1 too.
+    rest_acceptor: TlsAcceptor,
 }
 
 impl std::fmt::Debug for Tls {
@@ -50,6 +52,11 @@ impl Tls {
     /// The acceptor for a new connection.
     pub fn acceptor(&self) -> TlsAcceptor {
         self.current.load().acceptor.clone()
+    }
+
+    /// The acceptor for a new connection to the REST port.
+    pub fn rest_acceptor(&self) -> TlsAcceptor {
+        self.current.load().rest_acceptor.clone()
     }
 
     /// Checks the files every `interval` until `shutdown`, and takes a changed set that loads;
@@ -161,10 +168,15 @@ fn build(config: &TlsConfig, files: Vec<Vec<u8>>) -> Result<Loaded, String> {
             config.key.display()
         )
     })?;
+    // REST clients speak HTTP/1.1 or HTTP/2: a client that offers only http/1.1 would be
+    // refused by a server that offers only h2.
+    let mut rest = server.clone();
+    rest.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     // gRPC is HTTP/2 only.
     server.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Loaded {
         files,
         acceptor: TlsAcceptor::from(Arc::new(server)),
+        rest_acceptor: TlsAcceptor::from(Arc::new(rest)),
     })
 }

@@ -1,0 +1,197 @@
+//! The sidecar's REST binding against a model server that is not ours (KServe's Python
+//! ModelServer) and the clients apps use (`tritonclient.http` with binary tensor data, plain
+//! JSON over HTTP), with the real broker: every response through the sidecar equals the direct
+//! one, and the records hold exactly the allow-listed features, bit for bit.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use featurelog_schemas::featurelog::v1::DataType;
+use featurelog_sidecar::config::RestConfig;
+use featurelog_sidecar::metrics::Reason;
+use featurelog_testkit::kafka;
+use featurelog_testkit::serving::{decode_log, model_server, sidecar, sidecar_config, temp_dir};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ALLOW: &str = r#"
+[[model]]
+name = "ranker"
+features = ["user_age", "user_locale", "item_price", "item_embedding"]
+outputs = ["score"]
+candidate-ids-input = "item_id"
+"#;
+
+/// KServe's model server in a process of its own, stopped when dropped.
+struct KserveServer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for KserveServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The status line of `GET path` on `addr`, if it answers.
+async fn get_status(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.ok()?;
+    let text = String::from_utf8_lossy(&response);
+    text.lines().next().map(str::to_owned)
+}
+
+async fn kserve_server() -> KserveServer {
+    let addr = featurelog_testkit::ports::restartable_addr();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/kserve_rest_server.py"
+    );
+    let child = Command::new("python3")
+        .args([script, &addr.port().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)");
+    let server = KserveServer { child, addr };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if get_status(addr, "/v2/health/ready")
+            .await
+            .is_some_and(|s| s.contains(" 200"))
+        {
+            return server;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "KServe's model server did not become ready on {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact() {
+    let Some(kafka) = kafka("rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact")
+    else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-rest", 2).await;
+    let kserve = kserve_server().await;
+    let (grpc_model, _stop_model) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let mut config = sidecar_config(dir.path(), grpc_model, Some(&kafka.config), &topic, ALLOW);
+    config.rest = Some(RestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: format!("http://{}", kserve.addr),
+    });
+    let sidecar = sidecar(config).await;
+    let rest_addr = sidecar.rest_addr.expect("the REST port is bound");
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/rest_infer.py");
+    let (via, direct) = (rest_addr.to_string(), kserve.addr.to_string());
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .args([script, &via, &direct])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "REST clients through the sidecar:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let sent: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let calls = sent["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 5);
+
+    let metrics = sidecar.metrics.clone();
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    let records = kafka
+        .read(&topic, calls.len(), Duration::from_secs(60))
+        .await;
+    let by_key: BTreeMap<String, _> = records
+        .iter()
+        .map(|r| (r.key_str().to_owned(), decode_log(&r.payload)))
+        .collect();
+    assert_eq!(by_key.len(), calls.len(), "one record per logged call");
+    for call in calls {
+        let id = call["request_id"].as_str().unwrap();
+        let record = by_key
+            .get(id)
+            .unwrap_or_else(|| panic!("no record keyed {id:?}: {:?}", by_key.keys()));
+        assert_eq!(record.request_id, id);
+        assert_eq!(record.model_name, "ranker");
+        let ids: Vec<i64> = serde_json::from_value(call["candidate_ids"].clone()).unwrap();
+        assert_eq!(record.candidate_int_ids, ids, "{id}");
+        let names: Vec<_> = record.features.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["user_age", "user_locale", "item_price", "item_embedding"],
+            "{id}: exactly the allow-listed features"
+        );
+        for feature in &record.features {
+            let v = feature.values.as_ref().unwrap();
+            let got = match DataType::try_from(feature.datatype).unwrap() {
+                DataType::Fp32 => serde_json::json!(
+                    v.fp32_values
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect::<Vec<_>>()
+                ),
+                DataType::Bytes => serde_json::json!(
+                    v.bytes_values
+                        .iter()
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
+                        .collect::<Vec<_>>()
+                ),
+                DataType::Int32 => serde_json::json!(v.int32_values),
+                other => panic!("unexpected datatype {other:?}"),
+            };
+            assert_eq!(
+                got, call["features"][&feature.name],
+                "{id}: {} differs from what the client sent",
+                feature.name
+            );
+        }
+        let emb = record
+            .features
+            .iter()
+            .find(|f| f.name == "item_embedding")
+            .unwrap();
+        assert_eq!(emb.row_shape, [4], "{id}: a vector stays a vector");
+        let score: Vec<u32> = record.outputs[0]
+            .values
+            .as_ref()
+            .unwrap()
+            .fp32_values
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        assert_eq!(
+            serde_json::json!(score),
+            call["score_bits"],
+            "{id}: the logged score is the one returned"
+        );
+    }
+    let skipped = |reason| metrics.skipped.get_or_create(&Reason { reason }).get();
+    let dropped = |reason| metrics.dropped.get_or_create(&Reason { reason }).get();
+    assert_eq!(skipped("not_allow_listed"), 1, "the unlisted model");
+    // The refused call: an error from the model server, or data the sidecar cannot read.
+    assert_eq!(skipped("call_failed") + dropped("shape_mismatch"), 1);
+    let rendered = metrics.render();
+    assert!(
+        rendered.contains(r#"featurelog_sidecar_calls_total{method="rest_infer",outcome="ok"}"#),
+        "{rendered}"
+    );
+}
