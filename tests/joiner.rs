@@ -1104,7 +1104,19 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
     let Some(kafka) = kafka("quiet_inputs_close_label_windows_and_complete_hours") else {
         return;
     };
-    quiet_inputs(kafka, false).await;
+    quiet_inputs(kafka, Quiet::Routed).await;
+}
+
+/// Apps that publish impressions and clicks to topics of their own: both are read (the router
+/// reads every events topic), the clicks fold into their impressions' rows, and an hour is
+/// complete only once every partition of both topics is past it (the clicks topic has two
+/// partitions, one of them empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impressions_and_clicks_on_topics_of_their_own_make_the_same_rows() {
+    let Some(kafka) = kafka("impressions_and_clicks_on_topics_of_their_own") else {
+        return;
+    };
+    quiet_inputs(kafka, Quiet::ClicksOnATopicOfTheirOwn).await;
 }
 
 /// Apps that write events in transactions leave a commit marker after their last event, which
@@ -1115,7 +1127,18 @@ async fn quiet_co_partitioned_events_written_in_transactions_close_label_windows
     let Some(kafka) = kafka("quiet_co_partitioned_events_written_in_transactions") else {
         return;
     };
-    quiet_inputs(kafka, true).await;
+    quiet_inputs(kafka, Quiet::CoPartitionedInTransactions).await;
+}
+
+/// How `quiet_inputs` sends the app's events.
+#[derive(Clone, Copy, PartialEq)]
+enum Quiet {
+    /// To one events topic, keyed by item: routed.
+    Routed,
+    /// Co-partitioned with the feature logs, in a transaction.
+    CoPartitionedInTransactions,
+    /// Impressions to the events topic, clicks to another one: both routed.
+    ClicksOnATopicOfTheirOwn,
 }
 
 /// Produces events keyed by request id, murmur2-partitioned (co-partitioned with the feature
@@ -1146,9 +1169,11 @@ async fn produce_events_in_a_transaction(kafka: &KafkaConfig, topic: &str, event
         .unwrap();
 }
 
-async fn quiet_inputs(kafka: TestKafka, co_partitioned_in_transactions: bool) {
+async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
+    let co_partitioned_in_transactions = mode == Quiet::CoPartitionedInTransactions;
     let features = kafka.unique_topic("done-features", 1).await;
     let events = kafka.unique_topic("done-events", 1).await;
+    let clicks = kafka.unique_topic("done-clicks", 2).await;
     let dead_letter = kafka.unique_topic("done-dlq", 1).await;
     let (model_addr, _stop) = model_server(&["ranker"]).await;
     let dir = temp_dir();
@@ -1167,7 +1192,7 @@ async fn quiet_inputs(kafka: TestKafka, co_partitioned_in_transactions: bool) {
         .unwrap()
         .as_millis() as i64;
     let t = now_ms - 2 * 3_600_000;
-    let mut app = Vec::new();
+    let (mut app, mut app_clicks) = (Vec::new(), Vec::new());
     for seed in 0..4u32 {
         let id = format!("quiet-{seed}");
         via.model_infer(ranker_request(&id, 3, 0, seed, false))
@@ -1176,12 +1201,24 @@ async fn quiet_inputs(kafka: TestKafka, co_partitioned_in_transactions: bool) {
         let item = (1000 + seed * 10_000).to_string();
         app.push(app_event(&id, &item, t + 10, "impression"));
         // After the impression: it folds in because the row waits for the label window.
-        app.push(app_event(&id, &item, t + 500, "click"));
+        let click = app_event(&id, &item, t + 500, "click");
+        if mode == Quiet::ClicksOnATopicOfTheirOwn {
+            app_clicks.push(click);
+        } else {
+            app.push(click);
+        }
     }
     if co_partitioned_in_transactions {
         produce_events_in_a_transaction(&kafka.config, &events, &app).await;
     } else {
         produce_events(&kafka.config, &events, &app).await;
+    }
+    if !app_clicks.is_empty() {
+        // Keyed alike: all four clicks land in one of the topic's two partitions.
+        for c in &mut app_clicks {
+            c.key = "clicks".into();
+        }
+        produce_events(&kafka.config, &clicks, &app_clicks).await;
     }
     sidecar.stop();
     sidecar.wait().await;
@@ -1205,6 +1242,14 @@ async fn quiet_inputs(kafka: TestKafka, co_partitioned_in_transactions: bool) {
         )
         .replace("impressions-wait = \"1h\"", "impressions-wait = \"3s\"")
         .replace("idle-timeout = \"1h\"", "idle-timeout = \"1s\"");
+    let text = if mode == Quiet::ClicksOnATopicOfTheirOwn {
+        text.replace(
+            &format!("events-topic = \"{events}\""),
+            &format!("events-topic = [\"{events}\", \"{clicks}\"]"),
+        )
+    } else {
+        text
+    };
     std::fs::write(&config, text).unwrap();
     if co_partitioned_in_transactions {
         set_events_partitioning(&config, "by-request-id");
@@ -1231,6 +1276,18 @@ async fn quiet_inputs(kafka: TestKafka, co_partitioned_in_transactions: bool) {
         featurelog_testkit::eventually(Duration::from_secs(60), || marker.exists()).await;
     assert!(complete, "{} was not written", marker.display());
     assert!(joiner.terminate().success());
+    if mode == Quiet::ClicksOnATopicOfTheirOwn {
+        // The list numbers the watermark's sources in the checkpoints: reordered, the start is
+        // refused with what to do.
+        let text = std::fs::read_to_string(&config).unwrap().replace(
+            &format!("[\"{events}\", \"{clicks}\"]"),
+            &format!("[\"{clicks}\", \"{events}\"]"),
+        );
+        std::fs::write(&config, text).unwrap();
+        let (code, stderr) = refused(&config).await;
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(stderr.contains("may be appended"), "{stderr}");
+    }
 }
 
 /// A joiner config whose output is a fresh prefix of the test bucket; the joiner process gets

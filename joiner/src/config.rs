@@ -82,8 +82,9 @@ pub struct InputConfig {
     /// The sidecars' FeatureLog topic.
     #[serde(default = "default_features_topic")]
     pub features_topic: String,
-    /// The apps' impression/click/conversion topic.
-    pub events_topic: String,
+    /// The apps' impression/click/conversion topic, or several (`["app.impressions",
+    /// "app.clicks"]`), all in `events-format`.
+    pub events_topic: EventsTopics,
     /// How the events are encoded.
     #[serde(default = "default_format")]
     pub events_format: EventFormat,
@@ -105,6 +106,59 @@ pub struct InputConfig {
 
 fn default_sample_rate() -> f64 {
     1.0
+}
+
+/// The events topics: one name, or a list of them (apps often publish impressions and clicks
+/// to topics of their own). Written as a string when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsTopics(Vec<String>);
+
+impl EventsTopics {
+    /// The topics, in the order configured: the router numbers its sources by it.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+
+    /// Their names as written in logs and errors: `a`, or `a, b`.
+    pub fn joined(&self) -> String {
+        self.0.join(", ")
+    }
+}
+
+impl std::fmt::Display for EventsTopics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.joined())
+    }
+}
+
+impl From<&str> for EventsTopics {
+    fn from(topic: &str) -> Self {
+        Self(vec![topic.to_owned()])
+    }
+}
+
+impl Serialize for EventsTopics {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => s.serialize_str(one),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for EventsTopics {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        Ok(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(topic) => Self(vec![topic]),
+            OneOrMany::Many(topics) => Self(topics),
+        })
+    }
 }
 
 /// How the apps partition the events topic, which decides whether the joiner must move every
@@ -474,7 +528,7 @@ impl JoinerConfig {
         if config.output.flush_interval.is_zero() {
             return Err(err("output.flush-interval must be longer than zero".into()));
         }
-        if config.group.is_empty() || config.input.events_topic.is_empty() {
+        if config.group.is_empty() || config.input.events_topic.names().is_empty() {
             return Err(err("group and input.events-topic must not be empty".into()));
         }
         config.kafka.check().map_err(err)?;
@@ -486,12 +540,31 @@ impl JoinerConfig {
                     .into(),
             ));
         }
+        let events = i.events_topic.names();
         for (what, topic) in [
             ("input.features-topic", &i.features_topic),
-            ("input.events-topic", &i.events_topic),
             ("input.dead-letter-topic", &i.dead_letter_topic),
-        ] {
+        ]
+        .into_iter()
+        .chain(events.iter().map(|t| ("input.events-topic", t)))
+        {
             featurelog_kafka::check_topic_name(what, topic).map_err(err)?;
+        }
+        // The router numbers its sources `topic index << 20 | partition` (see
+        // `run::source_id`): a few topics of up to a million partitions each.
+        if events.len() > 64 {
+            return Err(err("input.events-topic lists more than 64 topics".into()));
+        }
+        for (n, topic) in events.iter().enumerate() {
+            if events[..n].contains(topic) {
+                return Err(err(format!("input.events-topic lists {topic:?} twice")));
+            }
+        }
+        if events.len() > 1 && i.events_partitioning == EventsPartitioning::ByRequestId {
+            return Err(err(format!(
+                "input.events-partitioning = \"by-request-id\" reads one events topic, co-partitioned with the feature logs, but input.events-topic lists {}: route them (events-partitioning = \"any\", the default)",
+                events.len()
+            )));
         }
         // The group names the joiner's own repartition topic.
         featurelog_kafka::check_topic_name(
@@ -499,9 +572,9 @@ impl JoinerConfig {
             &config.repartition_topic(),
         )
         .map_err(err)?;
-        if i.features_topic == i.events_topic
+        if events.contains(&i.features_topic)
             || i.dead_letter_topic == i.features_topic
-            || i.dead_letter_topic == i.events_topic
+            || events.contains(&i.dead_letter_topic)
         {
             return Err(err(
                 "input.features-topic, input.events-topic and input.dead-letter-topic must be three different topics".into(),
@@ -613,6 +686,57 @@ mod tests {
         assert!(
             err.contains("sasl.pasword") && !err.contains("hunter2"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn events_topics_are_one_name_or_a_list() {
+        let load = |topics: &str, env: &[(&str, &str)]| {
+            let text = MINIMAL.replace("\"app.events\"", topics);
+            let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+            JoinerConfig::from_toml_with_env(Path::new("join.toml"), &text, env.collect::<Vec<_>>())
+        };
+        let one = load("\"app.events\"", &[]).unwrap();
+        assert_eq!(one.input.events_topic.names(), ["app.events"]);
+        let two = load("[\"app.impressions\", \"app.clicks\"]", &[]).unwrap();
+        assert_eq!(
+            two.input.events_topic.names(),
+            ["app.impressions", "app.clicks"]
+        );
+        assert_eq!(
+            two.input.events_topic.to_string(),
+            "app.impressions, app.clicks"
+        );
+        // Written back as it was read (the check-config output, the docs).
+        assert_eq!(
+            serde_json::to_value(&one.input.events_topic).unwrap(),
+            serde_json::json!("app.events")
+        );
+        let env = load(
+            "\"x\"",
+            &[("FEATURELOG_JOIN__INPUT__EVENTS_TOPIC", "[a, b]")],
+        )
+        .unwrap();
+        assert_eq!(env.input.events_topic.names(), ["a", "b"]);
+        let refused = |topics: &str, extra: &[(&str, &str)], expected: &str| {
+            let err = load(topics, extra).unwrap_err().to_string();
+            assert!(err.contains(expected), "{topics}: {err}");
+        };
+        refused("[]", &[], "must not be empty");
+        refused("[\"a\", \"a\"]", &[], "twice");
+        refused("[\"a\", \"bad name\"]", &[], "not a legal Kafka topic name");
+        refused(
+            "[\"a\", \"featurelog.feature-log.v1\"]",
+            &[],
+            "three different topics",
+        );
+        refused(
+            "[\"a\", \"b\"]",
+            &[(
+                "FEATURELOG_JOIN__INPUT__EVENTS_PARTITIONING",
+                "by-request-id",
+            )],
+            "reads one events topic",
         );
     }
 

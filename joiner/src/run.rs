@@ -55,6 +55,16 @@ pub enum JoinError {
         /// The topic's count now.
         found: i32,
     },
+    /// `input.events-topic` is not the list the dataset was written with, followed by more.
+    #[error(
+        "input.events-topic is [{configured}], but this dataset's checkpoints were written with [{recorded}]: topics may be appended to the list, never removed or reordered (their places in it number the sources of the events' watermark in every checkpoint, and a source that no longer reports would hold every window open). Restore the list (append new topics at its end), or run a new `group` into a new `output.path`"
+    )]
+    EventsTopicsChanged {
+        /// The list recorded, joined by ", ".
+        recorded: String,
+        /// The list configured, joined by ", ".
+        configured: String,
+    },
     /// The repartition topic disagrees with the feature-log topic.
     #[error(
         "topic {topic:?} has {found} partitions but {features:?} has {expected}: if this group has never written a dataset, delete {topic:?} (the joiner recreates it); otherwise use another group"
@@ -187,11 +197,15 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
         featurelog_kafka::admin::partition_count(kafka, features, Duration::from_secs(30))
             .await?
             .ok_or_else(|| JoinError::NoTopic(features.clone()))?;
-    let events = &config.input.events_topic;
-    let event_sources =
-        featurelog_kafka::admin::partition_count(kafka, events, Duration::from_secs(30))
-            .await?
-            .ok_or_else(|| JoinError::NoTopic(events.clone()))?;
+    // Every partition of every events topic is a source of the events' watermark.
+    let mut event_sources = 0;
+    for topic in config.input.events_topic.names() {
+        event_sources +=
+            featurelog_kafka::admin::partition_count(kafka, topic, Duration::from_secs(30))
+                .await?
+                .ok_or_else(|| JoinError::NoTopic(topic.clone()))?;
+    }
+    let events = config.input.events_topic.joined();
     let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
     if direct && event_sources != partitions {
         return Err(JoinError::NotCoPartitioned {
@@ -212,6 +226,17 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
         })
         .await?
     };
+    {
+        let (dataset, topics) = (dataset.clone(), config.input.events_topic.names().to_vec());
+        let recorded = start_up_io(move || Ok(dataset.recorded_events_topics(&topics)?)).await?;
+        let configured = config.input.events_topic.names();
+        if !configured.starts_with(&recorded) {
+            return Err(JoinError::EventsTopicsChanged {
+                recorded: recorded.join(", "),
+                configured: configured.join(", "),
+            });
+        }
+    }
     if recorded != partitions {
         return Err(JoinError::PartitionsChanged {
             topic: features.clone(),
@@ -801,7 +826,7 @@ fn send_waiting(
 /// loading, a backlog on another partition): that is what keeps its events' windows open.
 fn router_progress(
     consumer: &StreamConsumer<JoinContext>,
-    topic: &str,
+    topics: &[String],
     sources: &mut HashMap<i32, Source>,
     idle: Duration,
 ) -> BTreeMap<i32, i64> {
@@ -809,15 +834,26 @@ fn router_progress(
     let (Ok(assignment), Ok(positions)) = (consumer.assignment(), consumer.position()) else {
         return out;
     };
-    let assigned: Vec<i32> = assignment
-        .elements_for_topic(topic)
+    let assigned: Vec<(i32, &str, i32)> = topics
         .iter()
-        .map(|e| e.partition())
+        .enumerate()
+        .flat_map(|(index, topic)| {
+            assignment
+                .elements_for_topic(topic)
+                .into_iter()
+                .map(move |e| {
+                    (
+                        source_id(index, e.partition()),
+                        topic.as_str(),
+                        e.partition(),
+                    )
+                })
+        })
         .collect();
-    sources.retain(|p, _| assigned.contains(p));
+    sources.retain(|id, _| assigned.iter().any(|(a, _, _)| a == id));
     let now_us = wall_clock_us();
-    for p in assigned {
-        let source = sources.entry(p).or_insert_with(Source::new);
+    for (id, topic, p) in assigned {
+        let source = sources.entry(id).or_insert_with(Source::new);
         let position = match positions.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => Some(o),
             _ => {
@@ -835,10 +871,18 @@ fn router_progress(
             at = at.max(now_us);
         }
         if at != i64::MIN {
-            out.insert(p, at);
+            out.insert(id, at);
         }
     }
     out
+}
+
+/// The number under which the router reports the progress of partition `partition` of the
+/// `index`-th events topic (`input.events-topic`): the partition itself for the first topic,
+/// as before there could be several, so that checkpoints of one topic read the same.
+/// Config validation keeps `index` below 64; Kafka topics have far fewer than 2^20 partitions.
+pub(crate) fn source_id(index: usize, partition: i32) -> i32 {
+    ((index as i32) << 20) | partition
 }
 
 /// Whether `next` (the next offset to read) is the end of the partition, as the consumer's
@@ -888,7 +932,13 @@ async fn router(
     let consumer = group_consumer(
         &config,
         &group,
-        &[&config.input.events_topic],
+        &config
+            .input
+            .events_topic
+            .names()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         // Partitions the apps add to their events topic hold every task's watermark until the
         // router reads them (docs/JOINER.md, "Partition counts"): look for them every 30 s
         // rather than librdkafka's 5 minutes (one small metadata request; `[kafka.properties]`
@@ -956,7 +1006,7 @@ async fn router(
                 aborted(&mut next, &mut batches, &mut sources, &mut reported);
                 // The events first: a progress record vouches for every event routed before it.
                 batches.flush(&producer, &repartition)?;
-                let progress = router_progress(&consumer, &config.input.events_topic, &mut sources, config.join.idle_timeout);
+                let progress = router_progress(&consumer, config.input.events_topic.names(), &mut sources, config.join.idle_timeout);
                 let report = !progress.is_empty() && progress != reported;
                 if report {
                     let bytes = RouterProgress { sources: progress.clone() }.encode_to_vec();
@@ -989,7 +1039,8 @@ async fn router(
                 };
                 let payload = message.payload().unwrap_or_default();
                 let decoded = decode_event(&config, payload);
-                let source = sources.entry(message.partition()).or_insert_with(Source::new);
+                let index = config.input.events_topic.names().iter().position(|t| t == message.topic()).unwrap_or(0);
+                let source = sources.entry(source_id(index, message.partition())).or_insert_with(Source::new);
                 source.last_seen = std::time::Instant::now();
                 match decoded {
                     // Its time still counts for the watermark: the app's events are in order
@@ -1490,7 +1541,8 @@ async fn join(
     // Where a task's events come from: the router's repartition topic, or the events topic
     // itself when it is co-partitioned with the feature logs.
     let events_input = if direct {
-        config.input.events_topic.clone()
+        // One topic: the config refuses several with co-partitioned events.
+        config.input.events_topic.names().concat()
     } else {
         config.repartition_topic()
     };
@@ -1558,9 +1610,11 @@ async fn join(
                     // their events are not late for a watermark that moved on without them.
                     // (Co-partitioned events are refused per event instead: not_co_partitioned.)
                     if !direct {
-                        let now = tokio::task::block_in_place(|| partitions_now(&consumer, &config.input.events_topic));
+                        let now = tokio::task::block_in_place(|| {
+                            config.input.events_topic.names().iter().map(|t| partitions_now(&consumer, t)).sum::<Option<i32>>()
+                        });
                         if let Some(now) = now.and_then(|n| u32::try_from(n).ok()).filter(|&n| n > event_sources) {
-                            tracing::warn!(topic = %config.input.events_topic, was = event_sources, now, "the events topic gained partitions: windows wait for the router to read them");
+                            tracing::warn!(topic = %config.input.events_topic.joined(), was = event_sources, now, "the events topic gained partitions: windows wait for the router to read them");
                             event_sources = now;
                             for task in tasks.values_mut() {
                                 task.state.set_event_sources(now);

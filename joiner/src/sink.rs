@@ -1044,6 +1044,30 @@ impl Dataset {
             })
     }
 
+    /// The events topics this dataset was written with (`input.events-topic`), recorded at the
+    /// first start, and again when `topics` extends them (appended topics): the list as it
+    /// was before this start. The caller refuses a list that is not the recorded one followed
+    /// by more, since the checkpoints number the watermark's sources by place in the list.
+    pub fn recorded_events_topics(&self, topics: &[String]) -> Result<Vec<String>, SinkError> {
+        let name = "_featurelog/events-topics.json";
+        let record = |topics: &[String]| serde_json::json!({ "topics": topics }).to_string();
+        if self.storage.create(name, record(topics).into_bytes())? {
+            return Ok(topics.to_vec());
+        }
+        let text = self.storage.get(name)?;
+        let recorded: Vec<String> = serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| serde_json::from_value(v.get("topics")?.clone()).ok())
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(name),
+                problem: "not an events topics record (`{\"topics\": [...]}`)".into(),
+            })?;
+        if topics.len() > recorded.len() && topics.starts_with(&recorded) {
+            self.storage.put(name, record(topics).into_bytes())?;
+        }
+        Ok(recorded)
+    }
+
     /// The newest checkpoint of a task, read only (no roll forward, no clean-up).
     pub fn latest_checkpoint(&self, task: &str) -> Result<Option<Checkpoint>, SinkError> {
         let epochs = self.checkpoint_epochs(task)?;
@@ -2196,6 +2220,40 @@ mod tests {
         assert_eq!(again.recorded_partition_count("features", 8).unwrap(), 4);
         // Another topic's dataset in the same root is its own.
         assert_eq!(again.recorded_partition_count("other", 2).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_events_topics_recorded_grow_only_by_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(
+            ds.recorded_events_topics(&list(&["a"])).unwrap(),
+            list(&["a"])
+        );
+        // Appended: the list before this start, and the longer one is recorded.
+        assert_eq!(
+            ds.recorded_events_topics(&list(&["a", "b"])).unwrap(),
+            list(&["a"])
+        );
+        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(
+            again.recorded_events_topics(&list(&["a", "b"])).unwrap(),
+            list(&["a", "b"])
+        );
+        // Reordered or shortened: the record stays, for the caller to refuse the start.
+        assert_eq!(
+            again.recorded_events_topics(&list(&["b", "a"])).unwrap(),
+            list(&["a", "b"])
+        );
+        assert_eq!(
+            again.recorded_events_topics(&list(&["a"])).unwrap(),
+            list(&["a", "b"])
+        );
+        assert_eq!(
+            again.recorded_events_topics(&list(&["a", "b"])).unwrap(),
+            list(&["a", "b"])
+        );
     }
 
     #[test]
