@@ -121,6 +121,9 @@ def main():
         via = post(sidecar, body, extra)
         direct = post(model, body, extra)
         same(f"JSON call {request_id}", via, direct)
+        if request_id is not None and "x-request-id" in via.headers:
+            # The call named itself: the sidecar adds nothing to the response.
+            sys.exit(f"{request_id}: the sidecar added x-request-id {via.headers['x-request-id']}")
         if request_id is None:
             # No id anywhere: the sidecar made one and returned it for the app's impressions.
             request_id = via.headers.get("x-request-id")
