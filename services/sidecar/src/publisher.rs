@@ -625,11 +625,19 @@ fn publish_rest(shared: &Shared, call: CapturedCall, rest: RestCall, list: &Allo
     let Some(rule) = list.rule(&rest.model, &rest.version) else {
         return metrics.skip_call("not_allow_listed");
     };
+    // Only the tensors the rule logs are read, as the gRPC path decodes only those.
+    let inputs = |name: &str| {
+        rule.features.iter().any(|f| f == name) || rule.candidate_ids_input.as_deref() == Some(name)
+    };
+    let outputs = |name: &str| {
+        rule.outputs.iter().any(|o| o == name) || rule.top_k.as_ref().is_some_and(|t| t.by == name)
+    };
     let request = match crate::rest_json::request(
         &body,
         rest.request_header_length,
         &rest.model,
         &rest.version,
+        &inputs,
     ) {
         Ok(r) => r,
         Err(err) => {
@@ -649,7 +657,7 @@ fn publish_rest(shared: &Shared, call: CapturedCall, rest: RestCall, list: &Allo
         let read = inflated(call.response, &call.response_encoding)
             .map_err(|_| "malformed_response")
             .and_then(|body| {
-                crate::rest_json::response(&body, rest.response_header_length)
+                crate::rest_json::response(&body, rest.response_header_length, &outputs)
                     .map_err(|_| "malformed_response")
             });
         match read {

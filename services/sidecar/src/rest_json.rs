@@ -21,6 +21,7 @@ use featurelog_schemas::inference::model_infer_response::InferOutputTensor;
 use featurelog_schemas::inference::{InferParameter, ModelInferRequest, ModelInferResponse};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The header of the binary tensor data extension: the length of the JSON part of the body.
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -64,12 +65,13 @@ fn malformed(what: impl Into<String>) -> RestBodyError {
 type Members = HashMap<String, Value>;
 
 #[derive(Deserialize)]
-struct RequestJson {
+struct RequestJson<'a> {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     parameters: Option<Members>,
-    inputs: Vec<TensorJson>,
+    #[serde(borrow)]
+    inputs: Vec<TensorJson<'a>>,
     #[serde(default)]
     outputs: Option<Vec<RequestedOutputJson>>,
 }
@@ -82,7 +84,7 @@ struct RequestedOutputJson {
 }
 
 #[derive(Deserialize)]
-struct ResponseJson {
+struct ResponseJson<'a> {
     #[serde(default)]
     model_name: Option<String>,
     #[serde(default)]
@@ -91,19 +93,20 @@ struct ResponseJson {
     id: Option<String>,
     #[serde(default)]
     parameters: Option<Members>,
-    #[serde(default)]
-    outputs: Option<Vec<TensorJson>>,
+    #[serde(default, borrow)]
+    outputs: Option<Vec<TensorJson<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct TensorJson {
+struct TensorJson<'a> {
     name: String,
     shape: Vec<i64>,
     datatype: String,
     #[serde(default)]
     parameters: Option<Members>,
-    #[serde(default)]
-    data: Option<Value>,
+    /// Left as text: only the tensors the allow list reads are parsed, straight into bytes.
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
 }
 
 /// Splits a body into its JSON part and its binary part: with the extension header, the first
@@ -131,21 +134,26 @@ pub fn peek_id(body: &Bytes, header_length: Option<usize>) -> Option<String> {
     serde_json::from_slice::<Head>(&json).ok()?.id
 }
 
-/// Reads an inference request of `model` (and `version`, empty for none) from its body.
+/// Reads an inference request of `model` (and `version`, empty for none) from its body, with
+/// the input tensors that `wanted` names (the others are skipped unread, as the gRPC path
+/// decodes only the tensors a rule logs).
 pub fn request(
     body: &Bytes,
     header_length: Option<usize>,
     model: &str,
     version: &str,
+    wanted: &dyn Fn(&str) -> bool,
 ) -> Result<ModelInferRequest, RestBodyError> {
     let (json, binary) = split(body, header_length)?;
-    let parsed: RequestJson =
+    let parsed: RequestJson<'_> =
         serde_json::from_slice(&json).map_err(|e| malformed(format!("request JSON: {e}")))?;
     let mut binary = Binary::new(binary);
     let mut inputs = Vec::with_capacity(parsed.inputs.len());
     let mut raw = Vec::with_capacity(parsed.inputs.len());
     for t in parsed.inputs {
-        let (tensor, contents) = tensor(t, &mut binary)?;
+        let Some((tensor, contents)) = tensor(t, &mut binary, wanted)? else {
+            continue;
+        };
         inputs.push(InferInputTensor {
             name: tensor.name,
             datatype: tensor.datatype,
@@ -175,20 +183,23 @@ pub fn request(
     })
 }
 
-/// Reads an inference response from its body.
+/// Reads an inference response from its body, with the output tensors that `wanted` names.
 pub fn response(
     body: &Bytes,
     header_length: Option<usize>,
+    wanted: &dyn Fn(&str) -> bool,
 ) -> Result<ModelInferResponse, RestBodyError> {
     let (json, binary) = split(body, header_length)?;
-    let parsed: ResponseJson =
+    let parsed: ResponseJson<'_> =
         serde_json::from_slice(&json).map_err(|e| malformed(format!("response JSON: {e}")))?;
     let mut binary = Binary::new(binary);
     let parsed_outputs = parsed.outputs.unwrap_or_default();
     let mut outputs = Vec::with_capacity(parsed_outputs.len());
     let mut raw = Vec::with_capacity(parsed_outputs.len());
     for t in parsed_outputs {
-        let (tensor, contents) = tensor(t, &mut binary)?;
+        let Some((tensor, contents)) = tensor(t, &mut binary, wanted)? else {
+            continue;
+        };
         outputs.push(InferOutputTensor {
             name: tensor.name,
             datatype: tensor.datatype,
@@ -252,7 +263,13 @@ impl Binary {
     }
 }
 
-fn tensor(t: TensorJson, binary: &mut Binary) -> Result<(Described, Bytes), RestBodyError> {
+/// A tensor's description and raw contents; `None` for one that `wanted` does not name (its
+/// binary data, if any, is stepped over).
+fn tensor(
+    t: TensorJson<'_>,
+    binary: &mut Binary,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<Option<(Described, Bytes)>, RestBodyError> {
     let TensorJson {
         name,
         shape,
@@ -270,7 +287,8 @@ fn tensor(t: TensorJson, binary: &mut Binary) -> Result<(Described, Bytes), Rest
                 .ok_or_else(|| malformed(format!("tensor {name:?}: {BINARY_DATA_SIZE} {size}")))?;
             binary.take(&name, len)?
         }
-        (None, Some(data)) => encode(&name, &datatype, &data)?,
+        (None, Some(_)) if !wanted(&name) => Bytes::new(),
+        (None, Some(data)) => encode(&name, &datatype, data)?,
         (Some(_), Some(_)) => {
             return Err(malformed(format!(
                 "tensor {name:?} has both data and {BINARY_DATA_SIZE}"
@@ -278,7 +296,10 @@ fn tensor(t: TensorJson, binary: &mut Binary) -> Result<(Described, Bytes), Rest
         }
         (None, None) => return Err(malformed(format!("tensor {name:?} has no data"))),
     };
-    Ok((
+    if !wanted(&name) {
+        return Ok(None);
+    }
+    Ok(Some((
         Described {
             name,
             datatype,
@@ -286,7 +307,7 @@ fn tensor(t: TensorJson, binary: &mut Binary) -> Result<(Described, Bytes), Rest
             parameters: parameters(json_parameters),
         },
         contents,
-    ))
+    )))
 }
 
 /// Request, response and tensor parameters: the protocol's scalar kinds; anything else (a
@@ -314,87 +335,192 @@ fn parameters(json: Members) -> HashMap<String, InferParameter> {
         .collect()
 }
 
-/// The raw (little-endian) contents of JSON `data` of `datatype`, flat or nested.
-fn encode(tensor: &str, datatype: &str, data: &Value) -> Result<Bytes, RestBodyError> {
-    let mut elements = Vec::new();
-    flatten(data, &mut elements);
-    let bad = |what: &Value| RestBodyError::Data {
+/// The element types of the protocol, as JSON `data` is read into them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Bool,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F16,
+    Bf16,
+    F32,
+    F64,
+    Bytes,
+}
+
+impl Kind {
+    fn of(datatype: &str) -> Option<Kind> {
+        Some(match datatype {
+            "BOOL" => Kind::Bool,
+            "INT8" => Kind::I8,
+            "INT16" => Kind::I16,
+            "INT32" => Kind::I32,
+            "INT64" => Kind::I64,
+            "UINT8" => Kind::U8,
+            "UINT16" => Kind::U16,
+            "UINT32" => Kind::U32,
+            "UINT64" => Kind::U64,
+            "FP16" => Kind::F16,
+            "BF16" => Kind::Bf16,
+            "FP32" => Kind::F32,
+            "FP64" => Kind::F64,
+            "BYTES" => Kind::Bytes,
+            _ => return None,
+        })
+    }
+}
+
+/// The raw (little-endian) contents of JSON `data` of `datatype`, flat or nested, written as
+/// the text is read: no tree of JSON values is built for a tensor's thousands of numbers.
+fn encode(tensor: &str, datatype: &str, data: &RawValue) -> Result<Bytes, RestBodyError> {
+    use serde::de::DeserializeSeed as _;
+    let bad = |problem: String| RestBodyError::Data {
         tensor: tensor.to_owned(),
-        problem: format!("{what} is not a {datatype} value"),
+        problem,
     };
-    let mut out = Vec::with_capacity(elements.len() * 4);
-    macro_rules! ints {
-        ($t:ty) => {
-            for v in &elements {
-                let x = v
-                    .as_i64()
-                    .and_then(|i| <$t>::try_from(i).ok())
-                    .or_else(|| v.as_u64().and_then(|u| <$t>::try_from(u).ok()))
-                    .ok_or_else(|| bad(v))?;
-                out.extend_from_slice(&x.to_le_bytes());
-            }
-        };
+    let kind = Kind::of(datatype).ok_or_else(|| bad(format!("unknown datatype {datatype:?}")))?;
+    let mut out = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(data.get());
+    Elements {
+        kind,
+        datatype,
+        out: &mut out,
     }
-    macro_rules! floats {
-        ($convert:expr) => {
-            for v in &elements {
-                let x = v.as_f64().ok_or_else(|| bad(v))?;
-                out.extend_from_slice(&$convert(x).to_le_bytes());
-            }
-        };
-    }
-    match datatype {
-        "BOOL" => {
-            for v in &elements {
-                out.push(u8::from(v.as_bool().ok_or_else(|| bad(v))?));
-            }
-        }
-        "INT8" => ints!(i8),
-        "INT16" => ints!(i16),
-        "INT32" => ints!(i32),
-        "INT64" => ints!(i64),
-        "UINT8" => ints!(u8),
-        "UINT16" => ints!(u16),
-        "UINT32" => ints!(u32),
-        "UINT64" => ints!(u64),
-        // As numpy and Triton read JSON: the number as a double, then rounded to the type.
-        "FP32" => floats!(|x: f64| x as f32),
-        "FP64" => floats!(|x: f64| x),
-        "FP16" => floats!(half::f16::from_f64),
-        "BF16" => floats!(half::bf16::from_f64),
-        "BYTES" => {
-            for v in &elements {
-                let s = v.as_str().ok_or_else(|| bad(v))?;
-                let len = u32::try_from(s.len()).map_err(|_| bad(v))?;
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-        }
-        other => {
-            return Err(RestBodyError::Data {
-                tensor: tensor.to_owned(),
-                problem: format!("unknown datatype {other:?}"),
-            });
-        }
-    }
+    .deserialize(&mut de)
+    .map_err(|e| bad(e.to_string()))?;
     Ok(Bytes::from(out))
 }
 
-/// The elements of flat or nested JSON `data`, in row-major order.
-fn flatten<'v>(data: &'v Value, out: &mut Vec<&'v Value>) {
-    match data {
-        Value::Array(items) => {
-            for item in items {
-                flatten(item, out);
-            }
+/// Appends the elements of a (nested) JSON array, or one scalar, to `out` as `kind`.
+struct Elements<'o> {
+    kind: Kind,
+    datatype: &'o str,
+    out: &'o mut Vec<u8>,
+}
+
+impl Elements<'_> {
+    fn refuse<E: serde::de::Error>(&self, what: impl std::fmt::Display) -> E {
+        E::custom(format!("{what} is not a {} value", self.datatype))
+    }
+
+    /// As numpy and Triton read JSON: the number as a double, then rounded to the type.
+    fn float<E: serde::de::Error>(&mut self, x: f64) -> Result<(), E> {
+        match self.kind {
+            Kind::F32 => self.out.extend_from_slice(&(x as f32).to_le_bytes()),
+            Kind::F64 => self.out.extend_from_slice(&x.to_le_bytes()),
+            Kind::F16 => self
+                .out
+                .extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
+            Kind::Bf16 => self
+                .out
+                .extend_from_slice(&half::bf16::from_f64(x).to_le_bytes()),
+            _ => return Err(self.refuse(x)),
         }
-        scalar => out.push(scalar),
+        Ok(())
+    }
+
+    /// An integer literal: exactly, into an integer type that holds it; as a double into a
+    /// float type.
+    fn integer<E: serde::de::Error>(&mut self, v: i128) -> Result<(), E> {
+        macro_rules! put {
+            ($t:ty) => {
+                self.out.extend_from_slice(
+                    &<$t>::try_from(v).map_err(|_| self.refuse(v))?.to_le_bytes(),
+                )
+            };
+        }
+        match self.kind {
+            Kind::I8 => put!(i8),
+            Kind::I16 => put!(i16),
+            Kind::I32 => put!(i32),
+            Kind::I64 => put!(i64),
+            Kind::U8 => put!(u8),
+            Kind::U16 => put!(u16),
+            Kind::U32 => put!(u32),
+            Kind::U64 => put!(u64),
+            Kind::F16 | Kind::Bf16 | Kind::F32 | Kind::F64 => return self.float(v as f64),
+            Kind::Bool | Kind::Bytes => return Err(self.refuse(v)),
+        }
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Elements<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Elements<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} values, in arrays", self.datatype)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let (kind, datatype) = (self.kind, self.datatype);
+        while seq
+            .next_element_seed(Elements {
+                kind,
+                datatype,
+                out: &mut *self.out,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        if self.kind != Kind::Bool {
+            return Err(self.refuse(v));
+        }
+        self.out.push(u8::from(v));
+        Ok(())
+    }
+
+    fn visit_i64<E: serde::de::Error>(mut self, v: i64) -> Result<(), E> {
+        self.integer(i128::from(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(mut self, v: u64) -> Result<(), E> {
+        self.integer(i128::from(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(mut self, v: f64) -> Result<(), E> {
+        self.float(v)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        if self.kind != Kind::Bytes {
+            return Err(self.refuse(format!("{v:?}")));
+        }
+        let len = u32::try_from(v.len()).map_err(|_| self.refuse("a string of 4 GiB"))?;
+        self.out.extend_from_slice(&len.to_le_bytes());
+        self.out.extend_from_slice(v.as_bytes());
+        Ok(())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Err(self.refuse("null"))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn all(_: &str) -> bool {
+        true
+    }
 
     fn raw_f32(raw: &[u8]) -> Vec<u32> {
         raw.chunks_exact(4)
@@ -415,7 +541,7 @@ mod tests {
                ],
                "outputs":[{"name":"score","parameters":{"binary_data":true}}]}"#,
         );
-        let r = request(&body, None, "ranker", "2").unwrap();
+        let r = request(&body, None, "ranker", "2", &all).unwrap();
         assert_eq!(
             (
                 r.model_name.as_str(),
@@ -469,7 +595,7 @@ mod tests {
         body.extend_from_slice(&(-2.0f32).to_le_bytes());
         body.extend_from_slice(b"\x02\0\0\0ok");
         let body = Bytes::from(body);
-        let r = request(&body, Some(json.len()), "m", "").unwrap();
+        let r = request(&body, Some(json.len()), "m", "", &all).unwrap();
         assert_eq!(
             raw_f32(&r.raw_input_contents[0]),
             [1.5f32.to_bits(), (-2.0f32).to_bits()]
@@ -485,21 +611,21 @@ mod tests {
         // Too little data, too much, a header past the body.
         let short = body.slice(..body.len() - 1);
         assert_eq!(
-            request(&short, Some(json.len()), "m", "")
+            request(&short, Some(json.len()), "m", "", &all)
                 .unwrap_err()
                 .reason(),
             "malformed_json"
         );
         let mut long = body.to_vec();
         long.push(0);
-        let err = request(&Bytes::from(long), Some(json.len()), "m", "").unwrap_err();
+        let err = request(&Bytes::from(long), Some(json.len()), "m", "", &all).unwrap_err();
         assert!(err.to_string().contains("belong to no tensor"), "{err}");
-        assert!(request(&body, Some(body.len() + 1), "m", "").is_err());
+        assert!(request(&body, Some(body.len() + 1), "m", "", &all).is_err());
     }
 
     #[test]
     fn bad_bodies_say_why_and_never_panic() {
-        let req = |json: &str| request(&Bytes::from(json.to_owned()), None, "m", "");
+        let req = |json: &str| request(&Bytes::from(json.to_owned()), None, "m", "", &all);
         for (json, reason) in [
             ("{not json", "malformed_json"),
             (
@@ -544,11 +670,30 @@ mod tests {
     }
 
     #[test]
+    fn only_the_wanted_tensors_are_read() {
+        // An unread tensor may hold anything; binary data of skipped tensors is stepped over.
+        let json = r#"{"inputs":[
+            {"name":"skipped","shape":[1],"datatype":"FP32","data":["not a number"]},
+            {"name":"bin_skipped","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}},
+            {"name":"kept","shape":[1],"datatype":"INT32","parameters":{"binary_data_size":4}}]}"#;
+        let mut body = json.as_bytes().to_vec();
+        body.extend_from_slice(&1.0f32.to_le_bytes());
+        body.extend_from_slice(&9i32.to_le_bytes());
+        let r = request(&Bytes::from(body), Some(json.len()), "m", "", &|n| {
+            n == "kept"
+        })
+        .unwrap();
+        assert_eq!(r.inputs.len(), 1);
+        assert_eq!(r.inputs[0].name, "kept");
+        assert_eq!(&r.raw_input_contents[0][..], 9i32.to_le_bytes());
+    }
+
+    #[test]
     fn responses_read_json_and_binary_outputs() {
         // As KServe's server writes them: absent members as null.
         let kserve = br#"{"model_name":"ranker","model_version":null,"id":"a","parameters":null,
             "outputs":[{"name":"score","shape":[2],"datatype":"FP32","parameters":null,"data":[3.0,7.5]}]}"#;
-        let r = response(&Bytes::from_static(kserve), None).unwrap();
+        let r = response(&Bytes::from_static(kserve), None, &all).unwrap();
         assert_eq!(
             (r.model_version.as_str(), r.outputs[0].name.as_str()),
             ("", "score")
@@ -559,7 +704,7 @@ mod tests {
         let mut body = json.as_bytes().to_vec();
         body.extend_from_slice(&0.25f32.to_le_bytes());
         body.extend_from_slice(&0.75f32.to_le_bytes());
-        let r = response(&Bytes::from(body), Some(json.len())).unwrap();
+        let r = response(&Bytes::from(body), Some(json.len()), &all).unwrap();
         assert_eq!(r.model_name, "ranker");
         assert_eq!(r.outputs[0].shape, [2]);
         assert_eq!(
