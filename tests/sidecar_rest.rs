@@ -114,6 +114,45 @@ async fn rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact() {
     let calls = sent["calls"].as_array().unwrap();
     assert_eq!(calls.len(), 5);
 
+    // HTTP/2 with prior knowledge, as some HTTP clients speak it in a cluster: the same answer
+    // (the hop to the model server is HTTP/1.1).
+    let h2 = |addr: SocketAddr| async move {
+        use http_body_util::BodyExt;
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let response = client
+            .get(format!("http://{addr}/v2/models/ranker").parse().unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        (
+            status,
+            response.into_body().collect().await.unwrap().to_bytes(),
+        )
+    };
+    let (status, body) = h2(rest_addr).await;
+    assert_eq!(status, 200, "{body:?}");
+    let direct = {
+        let (mut stream, request) = (
+            tokio::net::TcpStream::connect(kserve.addr).await.unwrap(),
+            format!(
+                "GET /v2/models/ranker HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                kserve.addr
+            ),
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.unwrap();
+        response
+    };
+    assert!(
+        direct.ends_with(&body),
+        "over h2c: {body:?}; directly: {:?}",
+        String::from_utf8_lossy(&direct)
+    );
+
     let metrics = sidecar.metrics.clone();
     sidecar.stop();
     assert_eq!(sidecar.wait().await, 0);
