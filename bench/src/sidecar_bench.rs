@@ -4,6 +4,11 @@
 //! one burns can be read from /proc; the load generator runs here. Scenarios alternate over
 //! several rounds so that drift on a noisy machine spreads over all of them.
 //!
+//! With `--protocol rest-json` or `rest-binary` the same tensors go through the sidecar's REST
+//! port instead (JSON `data`, or the binary tensor data extension as `tritonclient.http`
+//! sends), to a REST model server in this process that answers every call with the same
+//! scores; `direct` then calls that server.
+//!
 //! Run with `bench/sidecar.sh` (builds release binaries first).
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
@@ -57,6 +62,160 @@ struct Args {
     /// Kafka bootstrap servers; default: $FEATURELOG_KAFKA, else the embedded dev broker.
     #[arg(long, env = "FEATURELOG_KAFKA")]
     kafka: Option<String>,
+    /// The protocol binding the load uses.
+    #[arg(long, value_enum, default_value = "grpc")]
+    protocol: Protocol,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Protocol {
+    /// ModelInfer over gRPC.
+    Grpc,
+    /// POST /v2/models/ranker/infer with JSON `data`.
+    RestJson,
+    /// The same with the binary tensor data extension.
+    RestBinary,
+}
+
+/// The REST binding's bodies for the same requests: JSON `data`, or the binary extension (JSON
+/// header, then the raw bytes; `Some` of the header's length).
+fn rest_bodies(
+    templates: &[ModelInferRequest],
+    binary: bool,
+) -> Vec<(bytes::Bytes, Option<usize>)> {
+    templates
+        .iter()
+        .map(|r| {
+            let mut tail = Vec::new();
+            let inputs: Vec<serde_json::Value> = r
+                .inputs
+                .iter()
+                .zip(&r.raw_input_contents)
+                .map(|(input, raw)| {
+                    let mut t = serde_json::json!({
+                        "name": input.name, "shape": input.shape, "datatype": input.datatype,
+                    });
+                    if binary {
+                        t["parameters"] = serde_json::json!({ "binary_data_size": raw.len() });
+                        tail.extend_from_slice(raw);
+                    } else if input.datatype == "INT64" {
+                        let v: Vec<i64> = raw
+                            .chunks_exact(8)
+                            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                            .collect();
+                        t["data"] = serde_json::json!(v);
+                    } else {
+                        let v: Vec<f32> = raw
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                            .collect();
+                        t["data"] = serde_json::json!(v);
+                    }
+                    t
+                })
+                .collect();
+            let json = serde_json::json!({ "inputs": inputs }).to_string();
+            let header = binary.then_some(json.len());
+            let mut body = json.into_bytes();
+            body.extend_from_slice(&tail);
+            (bytes::Bytes::from(body), header)
+        })
+        .collect()
+}
+
+/// A REST model server that reads each call's body and answers with the same scores: what
+/// the sidecar costs is measured, not a model.
+async fn canned_rest_server(candidates: usize) -> anyhow::Result<SocketAddr> {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let scores: Vec<f32> = (0..candidates).map(|i| i as f32 * 0.01).collect();
+    let answer = bytes::Bytes::from(
+        serde_json::json!({
+            "model_name": "ranker", "id": "",
+            "outputs": [{ "name": "score", "shape": [candidates], "datatype": "FP32", "data": scores }],
+        })
+        .to_string(),
+    );
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let answer = answer.clone();
+                        async move {
+                            let _ = request.into_body().collect().await;
+                            let mut response =
+                                hyper::Response::new(http_body_util::Full::new(answer));
+                            response.headers_mut().insert(
+                                "content-type",
+                                hyper::header::HeaderValue::from_static("application/json"),
+                            );
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+type RestClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+/// What the load calls: a gRPC client with its requests, or a REST client with its bodies.
+#[derive(Clone)]
+enum Target {
+    Grpc(
+        GrpcInferenceServiceClient<Channel>,
+        Arc<Vec<ModelInferRequest>>,
+    ),
+    Rest(
+        RestClient,
+        SocketAddr,
+        Arc<Vec<(bytes::Bytes, Option<usize>)>>,
+    ),
+}
+
+impl Target {
+    async fn call(self, i: usize, id: String) -> bool {
+        match self {
+            Target::Grpc(mut client, templates) => {
+                let mut request = templates[i % templates.len()].clone();
+                request.id = id;
+                client.model_infer(request).await.is_ok()
+            }
+            Target::Rest(client, addr, bodies) => {
+                use http_body_util::BodyExt;
+                let (body, header) = &bodies[i % bodies.len()];
+                let mut request =
+                    hyper::Request::post(format!("http://{addr}/v2/models/ranker/infer"))
+                        .header("content-type", "application/json")
+                        .header("x-request-id", id);
+                if let Some(n) = header {
+                    request = request.header("inference-header-content-length", n.to_string());
+                }
+                let request = request
+                    .body(http_body_util::Full::new(body.clone()))
+                    .unwrap();
+                match client.request(request).await {
+                    Ok(response) => {
+                        let ok = response.status().is_success();
+                        ok && response.into_body().collect().await.is_ok()
+                    }
+                    Err(_) => false,
+                }
+            }
+        }
+    }
 }
 
 fn free_addr() -> SocketAddr {
@@ -208,13 +367,7 @@ struct Run {
 
 /// Sends `rate` requests per second for `time`; latency is taken from each call's scheduled
 /// start, so a stall is charged to the calls it delayed (no coordinated omission).
-async fn load(
-    client: &GrpcInferenceServiceClient<Channel>,
-    templates: &[ModelInferRequest],
-    rate: u32,
-    time: Duration,
-    prefix: &str,
-) -> (Vec<f64>, u64) {
+async fn load(target: &Target, rate: u32, time: Duration, prefix: &str) -> (Vec<f64>, u64) {
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
     let total = (time.as_secs_f64() * f64::from(rate)) as u64;
     let start = tokio::time::Instant::now();
@@ -224,11 +377,9 @@ async fn load(
         let at = start + interval * i as u32;
         tokio::time::sleep_until(at).await;
         let permit = limit.clone().acquire_owned().await.unwrap();
-        let mut client = client.clone();
-        let mut request = templates[i as usize % templates.len()].clone();
-        request.id = format!("{prefix}-{i}");
+        let (target, id) = (target.clone(), format!("{prefix}-{i}"));
         tasks.push(tokio::spawn(async move {
-            let ok = client.model_infer(request).await.is_ok();
+            let ok = target.call(i as usize, id).await;
             drop(permit);
             (at.elapsed().as_secs_f64() * 1000.0, ok)
         }));
@@ -253,26 +404,31 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn measure(
     args: &Args,
     addr: SocketAddr,
+    rest_addr: Option<SocketAddr>,
     sidecar_pid: Option<u32>,
     model_pid: u32,
-    template: &[ModelInferRequest],
+    template: &Arc<Vec<ModelInferRequest>>,
+    bodies: &Arc<Vec<(bytes::Bytes, Option<usize>)>>,
     label: &str,
 ) -> anyhow::Result<Run> {
     let client = connect(addr).await?;
-    load(
-        &client,
-        template,
-        args.rate,
-        args.warmup,
-        &format!("{label}-warm"),
-    )
-    .await;
+    let target = match rest_addr {
+        Some(rest) => Target::Rest(
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http(),
+            rest,
+            bodies.clone(),
+        ),
+        None => Target::Grpc(client, template.clone()),
+    };
+    load(&target, args.rate, args.warmup, &format!("{label}-warm")).await;
     let (s0, m0) = (sidecar_pid.map(cpu_seconds), cpu_seconds(model_pid));
     let g0 = sidecar_pid.map(cpu_by_group).unwrap_or_default();
-    let (mut lat, errors) = load(&client, template, args.rate, args.duration, label).await;
+    let (mut lat, errors) = load(&target, args.rate, args.duration, label).await;
     let (s1, m1) = (sidecar_pid.map(cpu_seconds), cpu_seconds(model_pid));
     let g1 = sidecar_pid.map(cpu_by_group).unwrap_or_default();
     lat.sort_by(f64::total_cmp);
@@ -315,12 +471,18 @@ fn write_sidecar_config(
     kafka: &str,
     topic: &str,
     compression: &str,
+    rest: Option<(SocketAddr, SocketAddr)>,
 ) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
+    let rest = rest
+        .map(|(listen, upstream)| {
+            format!("[rest]\nlisten = \"{listen}\"\nupstream = \"http://{upstream}\"\n")
+        })
+        .unwrap_or_default();
     std::fs::write(
         &path,
         format!(
-            "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\nmode = \"{mode}\"\nallow-list = \"allow.toml\"\n\
+            "listen = \"{listen}\"\nupstream = \"http://{upstream}\"\nmode = \"{mode}\"\nallow-list = \"allow.toml\"\n{rest}\
              [metrics]\nlisten = \"{metrics}\"\n[kafka]\nbootstrap-servers = \"{kafka}\"\n\
              [kafka.properties]\n\"statistics.interval.ms\" = \"1000\"\n\"compression.type\" = \"{compression}\"\n\
              [publish]\ntopic = \"{topic}\"\n"
@@ -378,8 +540,18 @@ async fn main() -> anyhow::Result<()> {
 
     let template = requests(&args, 64);
     let request_bytes = template[0].encoded_len();
+    let rest_upstream = match args.protocol {
+        Protocol::Grpc => None,
+        _ => Some(canned_rest_server(args.candidates).await?),
+    };
+    let bodies = Arc::new(rest_bodies(
+        &template,
+        args.protocol == Protocol::RestBinary,
+    ));
+    let template = Arc::new(template);
     println!(
-        "sidecar benchmark: {} req/s, {} candidates x {} FP32 features ({} logged), {} tensors, {request_bytes} bytes per request; {} s x {} rounds per scenario; Kafka: {broker_kind}, compression {}",
+        "sidecar benchmark ({:?}): {} req/s, {} candidates x {} FP32 features ({} logged), {} tensors, {request_bytes} bytes per request; {} s x {} rounds per scenario; Kafka: {broker_kind}, compression {}",
+        args.protocol,
         args.rate,
         args.candidates,
         args.features,
@@ -403,9 +575,11 @@ async fn main() -> anyhow::Result<()> {
                     measure(
                         &args,
                         model_addr,
+                        rest_upstream,
                         None,
                         model.0.id(),
                         &template,
+                        &bodies,
                         &format!("r{round}-direct"),
                     )
                     .await?
@@ -417,6 +591,7 @@ async fn main() -> anyhow::Result<()> {
                         "pass-through"
                     };
                     let (listen, metrics_addr) = (free_addr(), free_addr());
+                    let rest = rest_upstream.map(|upstream| (free_addr(), upstream));
                     let config = write_sidecar_config(
                         dir.path(),
                         mode_label,
@@ -427,14 +602,17 @@ async fn main() -> anyhow::Result<()> {
                         &bootstrap,
                         &topic,
                         &args.compression,
+                        rest,
                     );
                     let sidecar = spawn(&bin, &["sidecar", "--config", config.to_str().unwrap()])?;
                     let run = measure(
                         &args,
                         listen,
+                        rest.map(|(listen, _)| listen),
                         Some(sidecar.0.id()),
                         model.0.id(),
                         &template,
+                        &bodies,
                         &format!("r{round}-{mode_label}"),
                     )
                     .await?;
@@ -513,10 +691,15 @@ async fn main() -> anyhow::Result<()> {
         lat(2, &|r| r.p50_ms) - lat(0, &|r| r.p50_ms),
         lat(2, &|r| r.p99_ms) - lat(0, &|r| r.p99_ms),
     );
+    let body = if args.protocol == Protocol::Grpc {
+        "gRPC"
+    } else {
+        "HTTP"
+    };
     let records = published.1.max(1.0);
     let per_request = published.3 / records;
     println!(
-        "bytes per call: request {per_request:.0} (gRPC body); record {:.0} ({:.1}x smaller); on the wire to Kafka (compressed) {:.0} ({:.1}x smaller, target >= 5x)",
+        "bytes per call: request {per_request:.0} ({body} body); record {:.0} ({:.1}x smaller); on the wire to Kafka (compressed) {:.0} ({:.1}x smaller, target >= 5x)",
         published.0 / records,
         per_request / (published.0 / records),
         published.2 / records,

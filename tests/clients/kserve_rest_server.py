@@ -1,6 +1,6 @@
 """A model server that is not ours: KServe's Python ModelServer (FastAPI/uvicorn), serving the
 Open Inference Protocol's REST binding (`/v2/...`, binary tensor data extension included) for
-two models, `ranker` and `other`. Each scores every candidate: the sum of its FP32 inputs' values
+three models, `ranker`, `other` and `unlisted`. Each scores every candidate: the sum of its FP32 inputs' values
 in its row, plus 0.5 per INT64 id (as FP32, shape [N]); answering in binary when the client asks.
 
 usage: kserve_rest_server.py HTTP_PORT
@@ -45,5 +45,5 @@ class Ranker(Model):
 
 if __name__ == "__main__":
     port = int(sys.argv[1])
-    models = [Ranker("ranker"), Ranker("other")]
+    models = [Ranker("ranker"), Ranker("other"), Ranker("unlisted")]
     ModelServer(http_port=port, enable_grpc=False, workers=1).start(models)

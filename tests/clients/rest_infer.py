@@ -39,8 +39,9 @@ def bits(array, datatype):
     return [int(x) for x in flat]
 
 
-def sent(request_id, tensors, score):
+def sent(request_id, tensors, score, model="ranker"):
     return {
+        "model": model,
         "request_id": request_id,
         "candidate_ids": [int(x) for x in tensors["item_id"][0]],
         "features": {
@@ -132,10 +133,17 @@ def main():
         score = [x["data"] for x in via.json()["outputs"] if x["name"] == "score"][0]
         calls.append(sent(request_id, tensors, np.array(score, dtype=np.float32)))
 
+    # A model whose rule logs no outputs (the sidecar's fast encoder then writes its record).
+    tensors = arrays(5, 7)
+    body = {"id": "other-1", "inputs": as_json(tensors)}
+    via = post(sidecar, body, model_name="other")
+    same("other model", via, post(model, body, model_name="other"))
+    calls.append(sent("other-1", tensors, [], model="other"))
+
     # A model that is not allow-listed, metadata and health: forwarded, never logged.
     tensors = arrays(3, 6)
-    same("unlisted model", post(sidecar, {"id": "unlisted-1", "inputs": as_json(tensors)}, model_name="other"),
-         post(model, {"id": "unlisted-1", "inputs": as_json(tensors)}, model_name="other"))
+    same("unlisted model", post(sidecar, {"id": "unlisted-1", "inputs": as_json(tensors)}, model_name="unlisted"),
+         post(model, {"id": "unlisted-1", "inputs": as_json(tensors)}, model_name="unlisted"))
     for path in ["/v2/health/ready", "/v2/models/ranker", "/v2/models/nope"]:
         same(path, http.get(f"http://{sidecar}{path}"), http.get(f"http://{model}{path}"))
     # A request the model server refuses: its error comes back as it was, nothing is logged.

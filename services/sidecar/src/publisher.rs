@@ -609,14 +609,20 @@ fn admitted(shared: &Shared, rule: &crate::allowlist::ModelRule, request_id: &st
 
 /// A REST call: its JSON (and binary data) read into the gRPC messages, then the same
 /// extraction as a gRPC call's decoded path.
-fn publish_rest(shared: &Shared, call: CapturedCall, rest: RestCall, list: &AllowList) {
+fn publish_rest(
+    shared: &Shared,
+    call: CapturedCall,
+    rest: RestCall,
+    list: &Arc<AllowList>,
+    local: &mut Local,
+) {
     let metrics = &shared.metrics;
     let limit = shared.max_message_bytes;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
-    let inflated = |chunks, encoding: &Option<String>| {
-        inflate_http(chunks, encoding.as_deref(), limit, &mut BytesMut::new())
+    let inflated = |chunks, encoding: &Option<String>, scratch: &mut BytesMut| {
+        inflate_http(chunks, encoding.as_deref(), limit, scratch)
     };
-    let body = match inflated(call.request, &call.request_encoding) {
+    let body = match inflated(call.request, &call.request_encoding, &mut local.scratch) {
         Ok(b) => b,
         Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
         Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
@@ -653,8 +659,29 @@ fn publish_rest(shared: &Shared, call: CapturedCall, rest: RestCall, list: &Allo
     if !admitted(shared, rule, &request_id) {
         return;
     }
+    let ctx = CallContext {
+        request_id: &request_id,
+        served_at: call.served_at,
+        instance: &shared.instance,
+        allow_list_version: &list.version,
+    };
+    // The gRPC path's fast encoder, on the request as gRPC would have carried it (only the
+    // rule's tensors, a few kB): the generic extraction below decodes every value into vectors
+    // first, which cost the publisher more than reading the JSON.
+    if let Ok(scanned) = crate::lazy::scan(Bytes::from(request.encode_to_vec())) {
+        if let Some(plan) = local.plans.plan(list, rule, &scanned) {
+            let record = &mut local.record;
+            if let Some(rows) = crate::direct::encode_planned(plan, rule, &scanned, ctx, record) {
+                produce(shared, &request_id, record, rows, request_size);
+                if record.capacity() > RECORD_BUFFER_KEPT {
+                    *record = Vec::new();
+                }
+                return;
+            }
+        }
+    }
     let response = if !rule.outputs.is_empty() || rule.top_k.is_some() {
-        let read = inflated(call.response, &call.response_encoding)
+        let read = inflated(call.response, &call.response_encoding, &mut BytesMut::new())
             .map_err(|_| "malformed_response")
             .and_then(|body| {
                 crate::rest_json::response(&body, rest.response_header_length, &outputs)
@@ -666,12 +693,6 @@ fn publish_rest(shared: &Shared, call: CapturedCall, rest: RestCall, list: &Allo
         }
     } else {
         None
-    };
-    let ctx = CallContext {
-        request_id: &request_id,
-        served_at: call.served_at,
-        instance: &shared.instance,
-        allow_list_version: &list.version,
     };
     match extract(rule, &request, response.as_ref(), ctx) {
         Ok(record) => produce(
@@ -695,7 +716,7 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         bytes: _,
     } = queued;
     if let Some(rest) = call.rest.take() {
-        return publish_rest(shared, call, rest, &list);
+        return publish_rest(shared, call, rest, &list, local);
     }
     let metrics = &shared.metrics;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
