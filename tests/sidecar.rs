@@ -284,23 +284,7 @@ async fn official_client_through_the_sidecar(client: &str, script: &str, request
     assert_eq!(record.candidate_int_ids, ids);
     for feature in &record.features {
         let want = &sent["features"][&feature.name];
-        let v = feature.values.as_ref().unwrap();
-        let got = match DataType::try_from(feature.datatype).unwrap() {
-            DataType::Fp32 => serde_json::json!(
-                v.fp32_values
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect::<Vec<_>>()
-            ),
-            DataType::Bytes => serde_json::json!(
-                v.bytes_values
-                    .iter()
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .collect::<Vec<_>>()
-            ),
-            DataType::Int32 => serde_json::json!(v.int32_values),
-            other => panic!("unexpected datatype {other:?}"),
-        };
+        let got = featurelog_testkit::serving::logged_values_json(feature);
         assert_eq!(&got, want, "{}", feature.name);
     }
     let scores: Vec<u32> = record.outputs[0]

@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use featurelog_schemas::featurelog::v1::DataType;
 use featurelog_sidecar::config::RestConfig;
 use featurelog_sidecar::metrics::Reason;
 use featurelog_testkit::kafka;
@@ -187,23 +186,7 @@ async fn rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact() {
         };
         assert_eq!(names, listed, "{id}: exactly the allow-listed features");
         for feature in &record.features {
-            let v = feature.values.as_ref().unwrap();
-            let got = match DataType::try_from(feature.datatype).unwrap() {
-                DataType::Fp32 => serde_json::json!(
-                    v.fp32_values
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect::<Vec<_>>()
-                ),
-                DataType::Bytes => serde_json::json!(
-                    v.bytes_values
-                        .iter()
-                        .map(|b| String::from_utf8_lossy(b).into_owned())
-                        .collect::<Vec<_>>()
-                ),
-                DataType::Int32 => serde_json::json!(v.int32_values),
-                other => panic!("unexpected datatype {other:?}"),
-            };
+            let got = featurelog_testkit::serving::logged_values_json(feature);
             assert_eq!(
                 got, call["features"][&feature.name],
                 "{id}: {} differs from what the client sent",

@@ -283,6 +283,33 @@ pub fn sent_values(request: &ModelInferRequest, name: &str) -> TensorValues {
 }
 
 /// Parses a FeatureLog.
+/// A logged feature's values as the Python clients of the tests print what they sent: FP32 as
+/// their bits, BYTES as text, INT32 as numbers.
+pub fn logged_values_json(
+    feature: &featurelog_schemas::featurelog::v1::Feature,
+) -> serde_json::Value {
+    use featurelog_schemas::featurelog::v1::DataType;
+    let v = feature.values.clone().unwrap_or_default();
+    match DataType::try_from(feature.datatype) {
+        Ok(DataType::Fp32) => {
+            serde_json::json!(
+                v.fp32_values
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>()
+            )
+        }
+        Ok(DataType::Bytes) => serde_json::json!(
+            v.bytes_values
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect::<Vec<_>>()
+        ),
+        Ok(DataType::Int32) => serde_json::json!(v.int32_values),
+        other => panic!("{}: unexpected datatype {other:?}", feature.name),
+    }
+}
+
 pub fn decode_log(payload: &[u8]) -> featurelog_schemas::featurelog::v1::FeatureLog {
     prost::Message::decode(payload).expect("a FeatureLog")
 }

@@ -228,7 +228,14 @@ impl Metrics {
         }
     }
 
-    /// Counts a dropped call.
+    /// Counts a call forwarded, by method and outcome (`featurelog_sidecar_calls_total`).
+    pub fn count_call(&self, method: &'static str, outcome: &'static str) {
+        self.calls
+            .get_or_create(&CallLabels { method, outcome })
+            .inc();
+    }
+
+    /// Counts a call dropped (forwarded, not logged) for `reason`.
     pub fn drop_call(&self, reason: &'static str) {
         self.dropped.get_or_create(&Reason { reason }).inc();
     }

@@ -31,7 +31,7 @@ use prost::Message;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{CallLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::publisher::{CapturedCall, Publisher};
 
 /// The body type both directions are boxed into.
@@ -59,20 +59,13 @@ impl Proxy {
         publisher: Option<Arc<Publisher>>,
         max_message_bytes: usize,
     ) -> Result<Self, String> {
-        let uri: Uri = upstream.parse().map_err(|e| format!("{e}"))?;
-        let upstream = uri
-            .authority()
-            .cloned()
-            .ok_or_else(|| format!("upstream {upstream:?} has no host:port"))?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let upstream = authority(upstream, "upstream")?;
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .http2_only(true)
             .http2_adaptive_window(true)
             .http2_keep_alive_interval(Some(Duration::from_secs(30)))
-            .build(connector);
+            .build(connector());
         Ok(Self {
             client,
             upstream,
@@ -91,18 +84,7 @@ impl Proxy {
             "other"
         };
         let (mut parts, body) = request.into_parts();
-        let path = parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .to_owned();
-        parts.uri = match Uri::builder()
-            .scheme("http")
-            .authority(self.upstream.clone())
-            .path_and_query(path)
-            .build()
-        {
+        parts.uri = match upstream_uri(&self.upstream, &parts.uri) {
             Ok(uri) => uri,
             Err(err) => return self.unavailable(method, &format!("bad request path: {err}")),
         };
@@ -182,29 +164,17 @@ impl Proxy {
                 .and_then(status_of)
                 .or(headers_status)
                 .unwrap_or("error");
-            metrics
-                .calls
-                .get_or_create(&CallLabels {
-                    method: "model_infer",
-                    outcome: status,
-                })
-                .inc();
+            metrics.count_call("model_infer", status);
             if status != "ok" {
                 return metrics.skip_call("call_failed");
             }
-            let request = exchange.request.lock().ok().and_then(|mut r| r.take());
-            let Some(request) = request else {
-                return metrics.drop_call("incomplete_call");
+            let Some((request, response)) = both_bodies(&exchange.request, captured, &metrics)
+            else {
+                return;
             };
-            if !request.complete || !captured.complete {
-                return metrics.drop_call("incomplete_call");
-            }
-            if request.overflow || captured.overflow {
-                return metrics.drop_call("too_large");
-            }
             publisher.submit(CapturedCall {
-                request: request.chunks,
-                response: captured.chunks,
+                request,
+                response,
                 request_encoding,
                 response_encoding,
                 fallback_request_id: fallback_id,
@@ -218,10 +188,7 @@ impl Proxy {
     }
 
     fn count(&self, method: &'static str, outcome: &'static str) {
-        self.metrics
-            .calls
-            .get_or_create(&CallLabels { method, outcome })
-            .inc();
+        self.metrics.count_call(method, outcome);
     }
 
     /// A trailers-only gRPC error, as a gRPC server would send for UNAVAILABLE.
@@ -244,7 +211,57 @@ impl Proxy {
     }
 }
 
-fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+/// The authority of an upstream URL (`http://host:port`); `what` names the setting.
+pub(crate) fn authority(url: &str, what: &str) -> Result<http::uri::Authority, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("{e}"))?;
+    uri.authority()
+        .cloned()
+        .ok_or_else(|| format!("{what} {url:?} has no host:port"))
+}
+
+/// How both proxies connect to the model server: no Nagle delay, a bounded connect.
+pub(crate) fn connector() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    connector
+}
+
+/// A request's URI with the upstream in place of the sidecar: path and query as they came.
+pub(crate) fn upstream_uri(upstream: &http::uri::Authority, uri: &Uri) -> Result<Uri, http::Error> {
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    Uri::builder()
+        .scheme("http")
+        .authority(upstream.clone())
+        .path_and_query(path)
+        .build()
+}
+
+/// Both bodies of a finished call, to be logged: the request's (left by its tap in `request`)
+/// and the response's. `None`, with the drop counted, when either did not complete or passed
+/// the size limit.
+pub(crate) fn both_bodies(
+    request: &Mutex<Option<Captured>>,
+    response: Captured,
+    metrics: &Metrics,
+) -> Option<(Vec<Bytes>, Vec<Bytes>)> {
+    let request = request.lock().ok().and_then(|mut r| r.take());
+    let Some(request) = request else {
+        metrics.drop_call("incomplete_call");
+        return None;
+    };
+    if !request.complete || !response.complete {
+        metrics.drop_call("incomplete_call");
+        return None;
+    }
+    if request.overflow || response.overflow {
+        metrics.drop_call("too_large");
+        return None;
+    }
+    Some((request.chunks, response.chunks))
+}
+
+pub(crate) fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())

@@ -669,15 +669,8 @@ fn publish_rest(
     // rule's tensors, a few kB): the generic extraction below decodes every value into vectors
     // first, which cost the publisher more than reading the JSON.
     if let Ok(scanned) = crate::lazy::scan(Bytes::from(request.encode_to_vec())) {
-        if let Some(plan) = local.plans.plan(list, rule, &scanned) {
-            let record = &mut local.record;
-            if let Some(rows) = crate::direct::encode_planned(plan, rule, &scanned, ctx, record) {
-                produce(shared, &request_id, record, rows, request_size);
-                if record.capacity() > RECORD_BUFFER_KEPT {
-                    *record = Vec::new();
-                }
-                return;
-            }
+        if produce_planned(shared, local, list, rule, scanned, ctx, request_size).is_none() {
+            return;
         }
     }
     let response = if !rule.outputs.is_empty() || rule.top_k.is_some() {
@@ -707,6 +700,34 @@ fn publish_rest(
             metrics.drop_call(err.reason());
         }
     }
+}
+
+/// The fast path: the record encoded straight from the request's bytes by the rule's plan
+/// (`direct`), and produced. Gives the request back when the plan does not apply (outputs,
+/// top-k, encodings it does not take), for the general path.
+fn produce_planned(
+    shared: &Shared,
+    local: &mut Local,
+    list: &Arc<AllowList>,
+    rule: &crate::allowlist::ModelRule,
+    scanned: crate::lazy::Scanned,
+    ctx: CallContext<'_>,
+    request_size: usize,
+) -> Option<crate::lazy::Scanned> {
+    let Some(plan) = local.plans.plan(list, rule, &scanned) else {
+        return Some(scanned);
+    };
+    let record = &mut local.record;
+    let Some(rows) = crate::direct::encode_planned(plan, rule, &scanned, ctx, record) else {
+        return Some(scanned);
+    };
+    drop(scanned);
+    produce(shared, ctx.request_id, record, rows, request_size);
+    // A rare huge record should not pin its memory for the thread's lifetime.
+    if record.capacity() > RECORD_BUFFER_KEPT {
+        *record = Vec::new();
+    }
+    None
 }
 
 fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
@@ -754,18 +775,10 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         instance: &shared.instance,
         allow_list_version: &list.version,
     };
-    if let Some(plan) = local.plans.plan(&list, rule, &scanned) {
-        let record = &mut local.record;
-        if let Some(rows) = crate::direct::encode_planned(plan, rule, &scanned, ctx, record) {
-            drop(scanned);
-            produce(shared, &request_id, record, rows, request_size);
-            // A rare huge record should not pin its memory for the thread's lifetime.
-            if record.capacity() > RECORD_BUFFER_KEPT {
-                *record = Vec::new();
-            }
-            return;
-        }
-    }
+    let Some(scanned) = produce_planned(shared, local, &list, rule, scanned, ctx, request_size)
+    else {
+        return;
+    };
     let request = match scanned.decode_for_rule(rule) {
         Ok(r) => r,
         Err(crate::lazy::LazyError::Malformed) => return metrics.drop_call("malformed_protobuf"),

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -25,8 +25,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{CallLabels, Metrics};
-use crate::proxy::{BoxError, Captured, Connections, ProxyBody, Tap};
+use crate::metrics::Metrics;
+use crate::proxy::{
+    BoxError, Captured, Connections, ProxyBody, Tap, authority, both_bodies, connector, header_str,
+    upstream_uri,
+};
 use crate::publisher::{CapturedCall, Publisher, RestCall};
 use crate::rest_json::HEADER_LENGTH;
 
@@ -110,13 +113,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
 fn header_length(headers: &HeaderMap) -> Option<usize> {
     headers
         .get(HEADER_LENGTH)
@@ -132,18 +128,11 @@ impl RestProxy {
         publisher: Option<Arc<Publisher>>,
         max_message_bytes: usize,
     ) -> Result<Self, String> {
-        let uri: Uri = upstream.parse().map_err(|e| format!("{e}"))?;
-        let upstream = uri
-            .authority()
-            .cloned()
-            .ok_or_else(|| format!("rest.upstream {upstream:?} has no host:port"))?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let upstream = authority(upstream, "rest.upstream")?;
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
+            .build(connector());
         Ok(Self {
             client,
             upstream,
@@ -154,10 +143,7 @@ impl RestProxy {
     }
 
     fn count(&self, method: &'static str, outcome: &'static str) {
-        self.metrics
-            .calls
-            .get_or_create(&CallLabels { method, outcome })
-            .inc();
+        self.metrics.count_call(method, outcome);
     }
 
     /// The protocol's error response (`{"error": ...}`) for a model server that could not
@@ -191,18 +177,7 @@ impl RestProxy {
             "rest_other"
         };
         let (mut parts, body) = request.into_parts();
-        let path = parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .to_owned();
-        parts.uri = match Uri::builder()
-            .scheme("http")
-            .authority(self.upstream.clone())
-            .path_and_query(path)
-            .build()
-        {
+        parts.uri = match upstream_uri(&self.upstream, &parts.uri) {
             Ok(uri) => uri,
             Err(err) => return self.bad_gateway(method, &format!("bad request path: {err}")),
         };
@@ -288,29 +263,16 @@ impl RestProxy {
             } else {
                 "error"
             };
-            metrics
-                .calls
-                .get_or_create(&CallLabels {
-                    method: "rest_infer",
-                    outcome,
-                })
-                .inc();
+            metrics.count_call("rest_infer", outcome);
             if !ok {
                 return metrics.skip_call("call_failed");
             }
-            let request = request_slot.lock().ok().and_then(|mut r| r.take());
-            let Some(request) = request else {
-                return metrics.drop_call("incomplete_call");
+            let Some((request, response)) = both_bodies(&request_slot, captured, &metrics) else {
+                return;
             };
-            if !request.complete || !captured.complete {
-                return metrics.drop_call("incomplete_call");
-            }
-            if request.overflow || captured.overflow {
-                return metrics.drop_call("too_large");
-            }
             publisher.submit(CapturedCall {
-                request: request.chunks,
-                response: captured.chunks,
+                request,
+                response,
                 request_encoding,
                 response_encoding,
                 fallback_request_id: fallback_id,

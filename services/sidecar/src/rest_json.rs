@@ -147,23 +147,17 @@ pub fn request(
     let (json, binary) = split(body, header_length)?;
     let parsed: RequestJson<'_> =
         serde_json::from_slice(&json).map_err(|e| malformed(format!("request JSON: {e}")))?;
-    let mut binary = Binary::new(binary);
-    let mut inputs = Vec::with_capacity(parsed.inputs.len());
-    let mut raw = Vec::with_capacity(parsed.inputs.len());
-    for t in parsed.inputs {
-        let Some((tensor, contents)) = tensor(t, &mut binary, wanted)? else {
-            continue;
-        };
-        inputs.push(InferInputTensor {
-            name: tensor.name,
-            datatype: tensor.datatype,
-            shape: tensor.shape,
-            parameters: tensor.parameters,
+    let (tensors, raw) = tensors(parsed.inputs, binary, wanted)?;
+    let inputs = tensors
+        .into_iter()
+        .map(|t| InferInputTensor {
+            name: t.name,
+            datatype: t.datatype,
+            shape: t.shape,
+            parameters: t.parameters,
             contents: None,
-        });
-        raw.push(contents);
-    }
-    binary.finish()?;
+        })
+        .collect();
     Ok(ModelInferRequest {
         model_name: model.to_owned(),
         model_version: version.to_owned(),
@@ -192,24 +186,17 @@ pub fn response(
     let (json, binary) = split(body, header_length)?;
     let parsed: ResponseJson<'_> =
         serde_json::from_slice(&json).map_err(|e| malformed(format!("response JSON: {e}")))?;
-    let mut binary = Binary::new(binary);
-    let parsed_outputs = parsed.outputs.unwrap_or_default();
-    let mut outputs = Vec::with_capacity(parsed_outputs.len());
-    let mut raw = Vec::with_capacity(parsed_outputs.len());
-    for t in parsed_outputs {
-        let Some((tensor, contents)) = tensor(t, &mut binary, wanted)? else {
-            continue;
-        };
-        outputs.push(InferOutputTensor {
-            name: tensor.name,
-            datatype: tensor.datatype,
-            shape: tensor.shape,
-            parameters: tensor.parameters,
+    let (tensors, raw) = tensors(parsed.outputs.unwrap_or_default(), binary, wanted)?;
+    let outputs = tensors
+        .into_iter()
+        .map(|t| InferOutputTensor {
+            name: t.name,
+            datatype: t.datatype,
+            shape: t.shape,
+            parameters: t.parameters,
             contents: None,
-        });
-        raw.push(contents);
-    }
-    binary.finish()?;
+        })
+        .collect();
     Ok(ModelInferResponse {
         model_name: parsed.model_name.unwrap_or_default(),
         model_version: parsed.model_version.unwrap_or_default(),
@@ -218,6 +205,25 @@ pub fn response(
         outputs,
         raw_output_contents: raw,
     })
+}
+
+/// The tensors that `wanted` names, described, and their raw contents in the same order; the
+/// binary part must be used up exactly.
+fn tensors(
+    all: Vec<TensorJson<'_>>,
+    binary: Bytes,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<(Vec<Described>, Vec<Bytes>), RestBodyError> {
+    let mut binary = Binary::new(binary);
+    let (mut described, mut raw) = (Vec::new(), Vec::new());
+    for t in all {
+        if let Some((d, contents)) = tensor(t, &mut binary, wanted)? {
+            described.push(d);
+            raw.push(contents);
+        }
+    }
+    binary.finish()?;
+    Ok((described, raw))
 }
 
 /// A tensor's description, its transport parameters left out.
