@@ -103,7 +103,11 @@ fn sample_with_comments_on(relative: &str) -> toml::Table {
 
 /// Maps whose keys are free-form (librdkafka's and object_store's own setting names): the map
 /// is a documented key, its entries are not.
-const FREE_FORM: &[&str] = &["kafka.properties", "output.object-store.options"];
+const FREE_FORM: &[&str] = &[
+    "kafka.properties",
+    "output.object-store.options",
+    "input.per-topic",
+];
 
 fn toml_keys(table: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
     for (key, value) in table {

@@ -1107,9 +1107,10 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
     quiet_inputs(kafka, Quiet::Routed).await;
 }
 
-/// Apps that publish impressions and clicks to topics of their own: both are read (the router
-/// reads every events topic), the clicks fold into their impressions' rows, and an hour is
-/// complete only once every partition of both topics is past it (the clicks topic has two
+/// Apps that publish impressions and clicks to topics of their own, the clicks from another
+/// service as protobuf (`input.per-topic`): both are read (the router reads every events
+/// topic, each in its own encoding), the clicks fold into their impressions' rows, and an hour
+/// is complete only once every partition of both topics is past it (the clicks topic has two
 /// partitions, one of them empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn impressions_and_clicks_on_topics_of_their_own_make_the_same_rows() {
@@ -1214,11 +1215,33 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
         produce_events(&kafka.config, &events, &app).await;
     }
     if !app_clicks.is_empty() {
-        // Keyed alike: all four clicks land in one of the topic's two partitions.
-        for c in &mut app_clicks {
-            c.key = "clicks".into();
+        // As featurelog.v1.Impression, keyed alike: all four land in one of the two partitions.
+        use prost::Message as _;
+        let producer: FutureProducer = kafka.config.client_config(&[]).create().unwrap();
+        for c in &app_clicks {
+            let json: serde_json::Value = serde_json::from_str(&c.body).unwrap();
+            let ms = json["event_time"].as_i64().unwrap();
+            let click = featurelog_schemas::featurelog::v1::Impression {
+                request_id: json["request_id"].as_str().unwrap().into(),
+                item_id: json["item_id"].as_str().unwrap().into(),
+                event_time: Some(prost_types::Timestamp {
+                    seconds: ms / 1000,
+                    nanos: (ms % 1000) as i32 * 1_000_000,
+                }),
+                event_type: featurelog_schemas::featurelog::v1::EventType::Click as i32,
+                event_id: json["event_id"].as_str().unwrap().into(),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            producer
+                .send(
+                    FutureRecord::to(&clicks).key("clicks").payload(&click),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
         }
-        produce_events(&kafka.config, &clicks, &app_clicks).await;
     }
     sidecar.stop();
     sidecar.wait().await;
@@ -1246,6 +1269,10 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
         text.replace(
             &format!("events-topic = \"{events}\""),
             &format!("events-topic = [\"{events}\", \"{clicks}\"]"),
+        )
+        .replace(
+            "[join]",
+            &format!("[input.per-topic.\"{clicks}\"]\nevents-format = \"protobuf\"\n[join]"),
         )
     } else {
         text

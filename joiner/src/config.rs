@@ -91,6 +91,10 @@ pub struct InputConfig {
     /// Field names of JSON events.
     #[serde(default)]
     pub json_fields: JsonFields,
+    /// Per events topic, what differs from `events-format` and `json-fields` (apps that publish
+    /// clicks from another service, in another encoding): `[input.per-topic."app.clicks"]`.
+    #[serde(default)]
+    pub per_topic: std::collections::BTreeMap<String, TopicFormat>,
     /// Undecodable records go here, with the reason in the `featurelog-error` header.
     #[serde(default = "default_dead_letter")]
     pub dead_letter_topic: String,
@@ -106,6 +110,31 @@ pub struct InputConfig {
 
 fn default_sample_rate() -> f64 {
     1.0
+}
+
+/// How one events topic's events are encoded, where it differs from the `[input]` defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TopicFormat {
+    /// Its encoding; `input.events-format` when omitted.
+    #[serde(default)]
+    pub events_format: Option<EventFormat>,
+    /// Its JSON field names, in full; `input.json-fields` when omitted.
+    #[serde(default)]
+    pub json_fields: Option<JsonFields>,
+}
+
+impl InputConfig {
+    /// The encoding and JSON field names of the events of `topic`.
+    pub fn format_of(&self, topic: &str) -> (EventFormat, &JsonFields) {
+        let own = self.per_topic.get(topic);
+        (
+            own.and_then(|f| f.events_format)
+                .unwrap_or(self.events_format),
+            own.and_then(|f| f.json_fields.as_ref())
+                .unwrap_or(&self.json_fields),
+        )
+    }
 }
 
 /// The events topics: one name, or a list of them (apps often publish impressions and clicks
@@ -534,6 +563,16 @@ impl JoinerConfig {
         config.kafka.check().map_err(err)?;
         let i = &config.input;
         i.json_fields.event_types.check().map_err(err)?;
+        for (topic, format) in &i.per_topic {
+            if !i.events_topic.names().contains(topic) {
+                return Err(err(format!(
+                    "input.per-topic names {topic:?}, which input.events-topic does not list"
+                )));
+            }
+            if let Some(fields) = &format.json_fields {
+                fields.event_types.check().map_err(err)?;
+            }
+        }
         if !(0.0..=1.0).contains(&i.events_sample_rate) {
             return Err(err(
                 "input.events-sample-rate must be between 0 and 1 (the sidecars' sample-rate)"
@@ -738,6 +777,43 @@ mod tests {
             )],
             "reads one events topic",
         );
+    }
+
+    #[test]
+    fn a_topic_of_its_own_may_have_its_own_encoding_and_fields() {
+        let load = |extra: &str| {
+            let text = MINIMAL.replace(
+                "events-topic = \"app.events\"",
+                "events-topic = [\"app.events\", \"app.clicks\"]",
+            );
+            JoinerConfig::from_toml_with_env(
+                Path::new("join.toml"),
+                &format!("{text}\n{extra}"),
+                Vec::new(),
+            )
+        };
+        let c = load(
+            "[input.per-topic.\"app.clicks\"]\nevents-format = \"protobuf\"\n\
+             [input.per-topic.\"app.events\".json-fields]\nitem-id = \"sku\"",
+        )
+        .unwrap();
+        let (format, _) = c.input.format_of("app.clicks");
+        assert_eq!(format, EventFormat::Protobuf);
+        let (format, fields) = c.input.format_of("app.events");
+        assert_eq!(
+            (format, fields.item_id.as_str()),
+            (EventFormat::Json, "sku")
+        );
+        // Given in full: the other names are the built-in defaults.
+        assert_eq!(fields.request_id, "request_id");
+        let err = load("[input.per-topic.\"app.views\"]\nevents-format = \"json\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("does not list"), "{err}");
+        let err = load("[input.per-topic.\"app.clicks\".json-fields.event-types]\nimpression = []")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least one"), "{err}");
     }
 
     #[test]

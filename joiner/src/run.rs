@@ -1038,7 +1038,7 @@ async fn router(
                     }
                 };
                 let payload = message.payload().unwrap_or_default();
-                let decoded = decode_event(&config, payload);
+                let decoded = decode_event(&config, message.topic(), payload);
                 let index = config.input.events_topic.names().iter().position(|t| t == message.topic()).unwrap_or(0);
                 let source = sources.entry(source_id(index, message.partition())).or_insert_with(Source::new);
                 source.last_seen = std::time::Instant::now();
@@ -1230,11 +1230,15 @@ fn in_sample(config: &JoinerConfig, e: &Event) -> bool {
     featurelog_schemas::sampling::sampled(&e.request_id, config.input.events_sample_rate)
 }
 
-/// An app event as the config says apps encode them.
-fn decode_event(config: &JoinerConfig, payload: &[u8]) -> Result<Event, event::EventError> {
-    match config.input.events_format {
-        EventFormat::Protobuf => event::from_protobuf(payload),
-        EventFormat::Json => event::from_json(payload, &config.input.json_fields),
+/// An app event of `topic` as the config says apps encode them there.
+fn decode_event(
+    config: &JoinerConfig,
+    topic: &str,
+    payload: &[u8],
+) -> Result<Event, event::EventError> {
+    match config.input.format_of(topic) {
+        (EventFormat::Protobuf, _) => event::from_protobuf(payload),
+        (EventFormat::Json, fields) => event::from_json(payload, fields),
     }
 }
 
@@ -1758,7 +1762,7 @@ async fn join(
                     }
                 } else if direct {
                     task.last_events = std::time::Instant::now();
-                    let decoded = decode_event(&config, payload);
+                    let decoded = decode_event(&config, message.topic(), payload);
                     match decoded {
                         Ok(e) if murmur2_partition(e.request_id.as_bytes(), partitions) == p => {
                             let time_us = e.time_us;
