@@ -17,11 +17,18 @@ pub struct SidecarArgs {
     check_config: Option<PathBuf>,
 }
 
-/// Loads the TLS files `config` names, if any, as the start would.
+/// Loads the TLS files `config` names (client port and model server), if any, as the start
+/// would.
 fn check_tls(config: &SidecarConfig, path: &std::path::Path) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
         featurelog_sidecar::tls::Tls::load(tls)
             .map_err(|e| anyhow::anyhow!("{}: [tls]: {e}", path.display()))?;
+    }
+    let upstreams =
+        std::iter::once(&config.upstream).chain(config.rest.as_ref().map(|r| &r.upstream));
+    for url in upstreams {
+        featurelog_sidecar::tls::upstream_client_config(url, config.upstream_tls.as_ref())
+            .map_err(|e| anyhow::anyhow!("{}: [upstream-tls]: {e}", path.display()))?;
     }
     Ok(())
 }

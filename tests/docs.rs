@@ -201,11 +201,13 @@ fn sidecar_config_reference_covers_every_key() {
         &mut keys,
     );
     // Every field of the struct, whether the sample shows it or not.
-    // With the optional [tls] and [rest] sections, so that their keys are listed too.
+    // With the optional [tls], [rest] and [upstream-tls] sections, so that their keys are
+    // listed too.
     let minimal = "upstream = \"http://127.0.0.1:9001\"\nallow-list = \"a.toml\"\n\
                    [kafka]\nbootstrap-servers = \"k:9092\"\n\
                    [tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nclient-ca = \"ca.pem\"\n\
-                   [rest]\nlisten = \"127.0.0.1:8000\"\nupstream = \"http://127.0.0.1:9000\"";
+                   [rest]\nlisten = \"127.0.0.1:8000\"\nupstream = \"http://127.0.0.1:9000\"\n\
+                   [upstream-tls]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"k.pem\"";
     let config = featurelog_sidecar::SidecarConfig::from_toml_with_env(
         Path::new("sidecar.toml"),
         minimal,

@@ -412,3 +412,96 @@ fn files_that_do_not_make_a_certificate_stop_the_start_with_what_is_wrong() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// A model server that serves TLS (`upstream = "https://..."`, `[upstream-tls]`), gRPC and REST:
+/// calls through the sidecar get its answers and are logged; a model server whose certificate
+/// the configured CA did not sign is not talked to. The TLS model server here is the reference
+/// one behind a second sidecar that terminates TLS for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn to_a_model_server_over_tls_calls_pass_and_are_logged() {
+    let Some(kafka) = kafka("to_a_model_server_over_tls_calls_pass_and_are_logged") else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-upstream-tls", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let http_model = ready_http_server().await;
+    let dir = temp_dir();
+    let ca = Ca::new("model server ca");
+    let (cert, key) = ca.issue();
+    // The model server's TLS front, gRPC and REST.
+    let mut front = sidecar_config(dir.path(), model_addr, None, "unused", ALLOW);
+    front.tls = Some(TlsConfig {
+        cert: write(dir.path(), "model.crt", &cert),
+        key: write(dir.path(), "model.key", &key),
+        client_ca: None,
+    });
+    front.rest = Some(RestConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: format!("http://{http_model}"),
+    });
+    let front = sidecar(front).await;
+
+    let logging = |ca_pem: &str, name: &str| {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let mut config = sidecar_config(&sub, model_addr, Some(&kafka.config), &topic, ALLOW);
+        config.upstream = format!("https://127.0.0.1:{}", front.local_addr.port());
+        config.upstream_tls = Some(featurelog_sidecar::config::UpstreamTlsConfig {
+            ca: Some(write(&sub, "ca.crt", ca_pem)),
+            ..Default::default()
+        });
+        config.rest = Some(RestConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream: format!("https://127.0.0.1:{}", front.rest_addr.unwrap().port()),
+        });
+        config
+    };
+    let via_tls = sidecar(logging(&ca.pem(), "trusting")).await;
+    let mut direct = client(model_addr).await;
+    let mut via = client(via_tls.local_addr).await;
+    let request = ranker_request("upstream-tls-1", 4, 0, 1, false);
+    let expected = direct
+        .model_infer(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        via.model_infer(request).await.unwrap().into_inner(),
+        expected
+    );
+    let records = kafka.read(&topic, 1, Duration::from_secs(60)).await;
+    assert_eq!(records[0].key.as_deref(), Some(&b"upstream-tls-1"[..]));
+    // REST, HTTP/1.1 over TLS to the model server's HTTP port.
+    let rest = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(via_tls.rest_addr.unwrap())
+            .await
+            .unwrap();
+        s.write_all(b"GET /v2/health/ready HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    assert!(
+        rest.starts_with("HTTP/1.1 200") && rest.ends_with(r#"{"ready":true}"#),
+        "{rest}"
+    );
+
+    // Trusting another CA: the model server is not talked to, and the caller is told so.
+    let stranger = Ca::new("another ca");
+    let wary = sidecar(logging(&stranger.pem(), "wary")).await;
+    let err = client(wary.local_addr)
+        .await
+        .model_infer(ranker_request("upstream-tls-2", 4, 0, 2, false))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
+    assert!(err.message().contains("upstream unavailable"), "{err}");
+
+    for s in [via_tls, wary, front] {
+        s.stop();
+        assert_eq!(s.wait().await, 0);
+    }
+}

@@ -35,8 +35,14 @@ pub struct SidecarConfig {
     /// TLS on the client port, for clients that called a model server over TLS.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
-    /// The model server that calls are forwarded to, as `http://host:port`.
+    /// The model server that calls are forwarded to, as `http://host:port` (or `https://` for
+    /// one that serves TLS, see `upstream-tls`).
     pub upstream: String,
+    /// TLS to the model server, for `https://` upstreams (gRPC and REST): the CA that signed
+    /// its certificate (the system's roots when omitted) and a client certificate if it asks
+    /// for one.
+    #[serde(default)]
+    pub upstream_tls: Option<UpstreamTlsConfig>,
     /// The protocol's HTTP/REST binding beside gRPC, for clients that call the model server's
     /// HTTP port (`tritonclient.http`, KServe's REST client, plain HTTP). Off when omitted.
     #[serde(default)]
@@ -86,6 +92,22 @@ pub struct TlsConfig {
     /// them (mutual TLS).
     #[serde(default)]
     pub client_ca: Option<PathBuf>,
+}
+
+/// TLS to an `https://` model server.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct UpstreamTlsConfig {
+    /// CA certificates, PEM, that the model server's certificate must chain to; the system's
+    /// roots when omitted. Relative to this config file.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// A client certificate chain, PEM, for a model server that requires one (mutual TLS).
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// Its private key, PEM.
+    #[serde(default)]
+    pub key: Option<PathBuf>,
 }
 
 /// The REST proxy: every HTTP request to `listen` is forwarded to `upstream` unchanged, and
@@ -276,29 +298,42 @@ impl SidecarConfig {
                 }
             }
         }
+        if let Some(tls) = &mut config.upstream_tls {
+            for file in [tls.ca.as_mut(), tls.cert.as_mut(), tls.key.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                if file.is_relative() {
+                    *file = base.join(&*file);
+                }
+            }
+        }
         config.validate().map_err(err)?;
         Ok(config)
     }
 
     fn validate(&self) -> Result<(), String> {
-        let uri: http::Uri = self
-            .upstream
-            .parse()
-            .map_err(|e| format!("upstream {:?} is not a URI: {e}", self.upstream))?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        let http_or_https = |url: &str| {
+            let uri: Option<http::Uri> = url.parse().ok();
+            uri.is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some()
+            })
+        };
+        if !http_or_https(&self.upstream) {
             return Err(format!(
-                "upstream {:?} must look like http://host:port (the sidecar talks cleartext HTTP/2 to the model server next to it)",
+                "upstream {:?} must look like http://host:port (cleartext HTTP/2, the model server next to the sidecar) or https://host:port (TLS, see [upstream-tls])",
                 self.upstream
             ));
         }
+        if let Some(t) = &self.upstream_tls {
+            if t.cert.is_some() != t.key.is_some() {
+                return Err("upstream-tls.cert and upstream-tls.key go together".into());
+            }
+        }
         if let Some(rest) = &self.rest {
-            let uri: Option<http::Uri> = rest.upstream.parse().ok();
-            if uri
-                .as_ref()
-                .is_none_or(|u| u.scheme_str() != Some("http") || u.authority().is_none())
-            {
+            if !http_or_https(&rest.upstream) {
                 return Err(format!(
-                    "rest.upstream {:?} must look like http://host:port (the model server's HTTP port)",
+                    "rest.upstream {:?} must look like http://host:port or https://host:port (the model server's HTTP port)",
                     rest.upstream
                 ));
             }

@@ -97,8 +97,17 @@ pub async fn start(
         }
         _ => (None, None),
     };
+    let upstream_tls = |url: &str, what: &str| {
+        tls::upstream_client_config(url, config.upstream_tls.as_ref()).map_err(|message| {
+            SidecarError::Config {
+                path: what.into(),
+                message,
+            }
+        })
+    };
     let proxy = proxy::Proxy::new(
         &config.upstream,
+        upstream_tls(&config.upstream, "upstream-tls")?,
         metrics.clone(),
         publisher.clone(),
         config.publish.max_message_bytes,
@@ -127,6 +136,7 @@ pub async fn start(
         Some(r) => {
             let proxy = rest::RestProxy::new(
                 &r.upstream,
+                upstream_tls(&r.upstream, "upstream-tls")?,
                 metrics.clone(),
                 publisher.clone(),
                 config.publish.max_message_bytes,

@@ -23,6 +23,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -44,28 +45,30 @@ const REQUEST_ID: &str = "x-request-id";
 
 /// What the proxy needs to forward calls and, optionally, log them.
 pub struct Proxy {
-    client: Client<HttpConnector, ProxyBody>,
-    upstream: http::uri::Authority,
+    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
+    upstream: Upstream,
     metrics: Arc<Metrics>,
     publisher: Option<Arc<Publisher>>,
     max_message_bytes: usize,
 }
 
 impl Proxy {
-    /// A proxy to `upstream` (`http://host:port`); with a publisher, ModelInfer calls are logged.
+    /// A proxy to `upstream` (`http://host:port`, or `https://` with `tls`); with a publisher,
+    /// ModelInfer calls are logged.
     pub fn new(
         upstream: &str,
+        tls: rustls::ClientConfig,
         metrics: Arc<Metrics>,
         publisher: Option<Arc<Publisher>>,
         max_message_bytes: usize,
     ) -> Result<Self, String> {
-        let upstream = authority(upstream, "upstream")?;
+        let upstream = Upstream::parse(upstream, "upstream")?;
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .http2_only(true)
             .http2_adaptive_window(true)
             .http2_keep_alive_interval(Some(Duration::from_secs(30)))
-            .build(connector());
+            .build(connector(tls, true));
         Ok(Self {
             client,
             upstream,
@@ -84,7 +87,7 @@ impl Proxy {
             "other"
         };
         let (mut parts, body) = request.into_parts();
-        parts.uri = match upstream_uri(&self.upstream, &parts.uri) {
+        parts.uri = match self.upstream.uri(&parts.uri) {
             Ok(uri) => uri,
             Err(err) => return self.unavailable(method, &format!("bad request path: {err}")),
         };
@@ -211,30 +214,58 @@ impl Proxy {
     }
 }
 
-/// The authority of an upstream URL (`http://host:port`); `what` names the setting.
-pub(crate) fn authority(url: &str, what: &str) -> Result<http::uri::Authority, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("{e}"))?;
-    uri.authority()
-        .cloned()
-        .ok_or_else(|| format!("{what} {url:?} has no host:port"))
+/// The model server a proxy forwards to: `http://` or `https://`, and its host and port.
+pub(crate) struct Upstream {
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
 }
 
-/// How both proxies connect to the model server: no Nagle delay, a bounded connect.
-pub(crate) fn connector() -> HttpConnector {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    connector
+impl Upstream {
+    /// `url` (`http://host:port` or `https://host:port`); `what` names the setting.
+    pub(crate) fn parse(url: &str, what: &str) -> Result<Self, String> {
+        let uri: Uri = url.parse().map_err(|e| format!("{e}"))?;
+        let authority = uri
+            .authority()
+            .cloned()
+            .ok_or_else(|| format!("{what} {url:?} has no host:port"))?;
+        let scheme = uri.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP);
+        Ok(Self { scheme, authority })
+    }
+
+    /// A request's URI with the upstream in place of the sidecar: path and query as they
+    /// came.
+    pub(crate) fn uri(&self, uri: &Uri) -> Result<Uri, http::Error> {
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(path)
+            .build()
+    }
 }
 
-/// A request's URI with the upstream in place of the sidecar: path and query as they came.
-pub(crate) fn upstream_uri(upstream: &http::uri::Authority, uri: &Uri) -> Result<Uri, http::Error> {
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    Uri::builder()
-        .scheme("http")
-        .authority(upstream.clone())
-        .path_and_query(path)
-        .build()
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.authority)
+    }
+}
+
+/// How both proxies connect to the model server: no Nagle delay, a bounded connect, and TLS
+/// (`tls`, offering HTTP/2 or HTTP/1.1 by `h2`) for an `https://` upstream.
+pub(crate) fn connector(tls: rustls::ClientConfig, h2: bool) -> HttpsConnector<HttpConnector> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_secs(5)));
+    // The https connector below takes the https:// scheme; this one must let it through.
+    http.enforce_http(false);
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if h2 {
+        builder.enable_http2().wrap_connector(http)
+    } else {
+        builder.enable_http1().wrap_connector(http)
+    }
 }
 
 /// Both bodies of a finished call, to be logged: the request's (left by its tap in `request`)

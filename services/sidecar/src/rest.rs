@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,8 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::proxy::{
-    BoxError, Captured, Connections, ProxyBody, Tap, authority, both_bodies, connector, header_str,
-    upstream_uri,
+    BoxError, Captured, Connections, ProxyBody, Tap, Upstream, both_bodies, connector, header_str,
 };
 use crate::publisher::{CapturedCall, Publisher, RestCall};
 use crate::rest_json::HEADER_LENGTH;
@@ -49,8 +49,8 @@ const HOP_BY_HOP: [&str; 8] = [
 
 /// What the REST proxy needs to forward calls and, optionally, log them.
 pub struct RestProxy {
-    client: Client<HttpConnector, ProxyBody>,
-    upstream: http::uri::Authority,
+    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
+    upstream: Upstream,
     metrics: Arc<Metrics>,
     publisher: Option<Arc<Publisher>>,
     max_message_bytes: usize,
@@ -121,18 +121,20 @@ fn header_length(headers: &HeaderMap) -> Option<usize> {
 }
 
 impl RestProxy {
-    /// A proxy to `upstream` (`http://host:port`); with a publisher, inference calls are logged.
+    /// A proxy to `upstream` (`http://host:port`, or `https://` with `tls`); with a publisher,
+    /// inference calls are logged.
     pub fn new(
         upstream: &str,
+        tls: rustls::ClientConfig,
         metrics: Arc<Metrics>,
         publisher: Option<Arc<Publisher>>,
         max_message_bytes: usize,
     ) -> Result<Self, String> {
-        let upstream = authority(upstream, "rest.upstream")?;
+        let upstream = Upstream::parse(upstream, "rest.upstream")?;
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector());
+            .build(connector(tls, false));
         Ok(Self {
             client,
             upstream,
@@ -177,7 +179,7 @@ impl RestProxy {
             "rest_other"
         };
         let (mut parts, body) = request.into_parts();
-        parts.uri = match upstream_uri(&self.upstream, &parts.uri) {
+        parts.uri = match self.upstream.uri(&parts.uri) {
             Ok(uri) => uri,
             Err(err) => return self.bad_gateway(method, &format!("bad request path: {err}")),
         };

@@ -13,8 +13,65 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TlsConfig;
+use crate::config::{TlsConfig, UpstreamTlsConfig};
 use crate::metrics::Metrics;
+
+/// The TLS client configuration for the model server at `url`: for `https://`, trusting
+/// `upstream-tls.ca` (the system's roots when it is not set) and presenting its client
+/// certificate if one is set; for `http://`, one that is never used (the connector passes
+/// cleartext through), so that no roots are loaded for it.
+pub fn upstream_client_config(
+    url: &str,
+    config: Option<&UpstreamTlsConfig>,
+) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let https = url.starts_with("https://");
+    let ca = config.and_then(|c| c.ca.as_ref());
+    match ca {
+        _ if !https => {}
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("{}: no PEM certificate in it", path.display()));
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(native.certs);
+            if roots.is_empty() {
+                return Err(format!(
+                    "upstream {url:?} is https but the system has no CA certificates: set upstream-tls.ca"
+                ));
+            }
+        }
+    }
+    let builder = builder.with_root_certificates(roots);
+    let identity = config.and_then(|c| c.cert.as_ref().zip(c.key.as_ref()));
+    match identity {
+        Some((cert, key)) if https => {
+            let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{}: {e}", cert.display()))?;
+            let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
+                .map_err(|e| format!("{}: no PEM private key in it: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key_der)
+                .map_err(|e| format!("upstream-tls.cert and upstream-tls.key: {e}"))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
+}
 
 /// How long a client may take over its handshake before the connection is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -179,4 +236,33 @@ fn build(config: &TlsConfig, files: Vec<Vec<u8>>) -> Result<Loaded, String> {
         acceptor: TlsAcceptor::from(Arc::new(server)),
         rest_acceptor: TlsAcceptor::from(Arc::new(rest)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_tls_files_are_read_only_for_https_and_say_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = UpstreamTlsConfig {
+            ca: Some(dir.path().join("nope.crt")),
+            ..UpstreamTlsConfig::default()
+        };
+        // Cleartext: nothing to read, nothing to refuse.
+        assert!(upstream_client_config("http://127.0.0.1:9001", Some(&missing)).is_ok());
+        let err = upstream_client_config("https://model:9001", Some(&missing)).unwrap_err();
+        assert!(err.contains("nope.crt"), "{err}");
+        let empty = dir.path().join("empty.crt");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = upstream_client_config(
+            "https://model:9001",
+            Some(&UpstreamTlsConfig {
+                ca: Some(empty),
+                ..UpstreamTlsConfig::default()
+            }),
+        )
+        .unwrap_err();
+        assert!(err.contains("no PEM certificate"), "{err}");
+    }
 }
