@@ -33,6 +33,7 @@ const ALLOW: &str = r#"
 name = "ranker"
 features = ["user_locale", "item_price"]
 candidate-ids-input = "item_id"
+parameters = ["surface"]
 "#;
 
 /// One app event: Kafka key and JSON body.
@@ -653,6 +654,14 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     );
     let read: serde_json::Value = serde_json::from_slice(&out_py.stdout).unwrap();
     assert_eq!(read["rows"].as_array().unwrap().len(), s.expected.len());
+    // The request parameter the allow list logs is in every row.
+    for row in read["rows"].as_array().unwrap() {
+        assert_eq!(
+            row["parameters"],
+            serde_json::json!([["surface", "home"]]),
+            "{row}"
+        );
+    }
 
     // A task commits as soon as it holds `flush-rows` rows: another group whose flush
     // interval is an hour still writes every row, exactly once, without waiting for it.

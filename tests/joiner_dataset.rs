@@ -25,6 +25,7 @@ fn log(request: &str, served_us: i64, items: &[&str], locale: &str) -> FeatureLo
         }),
         row_count: n as u32,
         candidate_ids: items.iter().map(|s| s.to_string()).collect(),
+        parameters: [("surface".to_string(), format!("home-{locale}"))].into(),
         features: vec![
             Feature {
                 name: "user_locale".into(),
@@ -163,6 +164,18 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
             ("r1".into(), "c".into(), 0, "en-US".into(), 18),
             ("r2".into(), "x".into(), 0, "jp_JA".into(), 19),
         ]
+    );
+    assert!(
+        schema["parameters"]
+            .as_str()
+            .unwrap()
+            .starts_with("map<string, string"),
+        "{schema}"
+    );
+    assert_eq!(
+        rows[0]["parameters"],
+        serde_json::json!([["surface", "home-en-US"]]),
+        "the request parameters the allow list logs"
     );
     assert_eq!(rows[0]["item_price"], 1.5);
     assert_eq!(rows[0]["item_embedding"], serde_json::json!([0.5, 0.75]));

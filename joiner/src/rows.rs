@@ -510,6 +510,32 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
     fields.push(Field::new("labels", labels.data_type().clone(), false));
     columns.push(Arc::new(labels));
 
+    // The request parameters the allow list logs (`parameters`), as a map column too: they
+    // are per request, and vary by model.
+    let names = MapFieldNames {
+        entry: "entries".into(),
+        key: "key".into(),
+        value: "value".into(),
+    };
+    let mut parameters = MapBuilder::new(Some(names), StringBuilder::new(), StringBuilder::new());
+    for r in rows {
+        // In name order, so that a row reads the same whatever order the record held them in.
+        let mut sorted: Vec<(&String, &String)> = r.features.parameters.iter().collect();
+        sorted.sort_unstable();
+        for (k, v) in sorted {
+            parameters.keys().append_value(k);
+            parameters.values().append_value(v);
+        }
+        parameters.append(true)?;
+    }
+    let parameters = parameters.finish();
+    fields.push(Field::new(
+        "parameters",
+        parameters.data_type().clone(),
+        false,
+    ));
+    columns.push(Arc::new(parameters));
+
     // Feature and output columns, in order of first appearance.
     let mut keys: Vec<ColumnKey> = Vec::new();
     let mut seen: HashMap<ColumnKey, ()> = HashMap::new();
@@ -622,6 +648,10 @@ mod tests {
             }),
             row_count: 2,
             candidate_ids: vec!["a".into(), "b".into()],
+            parameters: [("surface", "home"), ("experiment", "b7")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             features: vec![
                 feature(
                     "age",
@@ -757,6 +787,19 @@ mod tests {
         );
         assert_eq!(col("clicks").as_primitive::<UInt32Type>().value(0), 1);
         assert!(col("impression_time").is_null(1));
+        // The logged request parameters, per row, in name order.
+        let parameters = col("parameters");
+        let entries = parameters.as_map().value(1);
+        let (keys, values) = (entries.column(0), entries.column(1));
+        let pairs: Vec<(&str, &str)> = (0..entries.len())
+            .map(|i| {
+                (
+                    keys.as_string::<i32>().value(i),
+                    values.as_string::<i32>().value(i),
+                )
+            })
+            .collect();
+        assert_eq!(pairs, [("experiment", "b7"), ("surface", "home")]);
     }
 
     #[test]

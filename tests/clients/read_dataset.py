@@ -17,7 +17,8 @@ def plain(value):
             return "NaN"
         if value == 0.0 and math.copysign(1.0, value) < 0:
             return "-0.0"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
+        # A map column reads as a list of (key, value) tuples.
         return [plain(v) for v in value]
     if isinstance(value, bytes):
         return value.hex()
