@@ -21,6 +21,7 @@ features = ["user_age", "user_locale", "item_price", "item_embedding", "item_cat
 outputs = ["score"]
 candidate-ids-input = "item_id"
 parameters = ["surface"]
+headers = ["x-user-country"]
 "#;
 
 fn values_equal_bitwise(got: &Values, want: &TensorValues) -> bool {
@@ -111,6 +112,10 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
     tagged
         .metadata_mut()
         .insert("x-request-id", "from-header".parse().unwrap());
+    // Context an API gateway adds, which the allow list logs (`headers`).
+    tagged
+        .metadata_mut()
+        .insert("x-user-country", "JP".parse().unwrap());
     let tagged = via.model_infer(tagged).await.unwrap();
     assert!(
         tagged.metadata().get("x-request-id").is_none(),
@@ -209,9 +214,16 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
         decode_log(&by_key(&generated).payload).request_id,
         generated
     );
+    let tagged = decode_log(&by_key("from-header").payload);
+    assert_eq!(tagged.request_id, "from-header");
     assert_eq!(
-        decode_log(&by_key("from-header").payload).request_id,
-        "from-header"
+        tagged.parameters.get("x-user-country").map(String::as_str),
+        Some("JP"),
+        "the listed header, with the request's parameters"
+    );
+    assert_eq!(
+        tagged.parameters.get("surface").map(String::as_str),
+        Some("home")
     );
     assert!(
         records.iter().all(|r| r.key_str() != "req-unlisted"),

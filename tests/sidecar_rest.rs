@@ -21,6 +21,7 @@ name = "ranker"
 features = ["user_age", "user_locale", "item_price", "item_embedding"]
 outputs = ["score"]
 candidate-ids-input = "item_id"
+headers = ["x-user-country"]
 
 [[model]]
 name = "other"
@@ -174,6 +175,13 @@ async fn rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact() {
             .get(id)
             .unwrap_or_else(|| panic!("no record keyed {id:?}: {:?}", by_key.keys()));
         assert_eq!(record.request_id, id);
+        // The header the allow list logs, where the client sent it.
+        let country = (id == "json-1").then_some("JP");
+        assert_eq!(
+            record.parameters.get("x-user-country").map(String::as_str),
+            country,
+            "{id}"
+        );
         let model = call["model"].as_str().unwrap();
         assert_eq!(record.model_name, model);
         let ids: Vec<i64> = serde_json::from_value(call["candidate_ids"].clone()).unwrap();

@@ -119,6 +119,9 @@ def main():
         if request_id == "json-1":
             body["id"] = request_id
         extra = {"x-request-id": header} if header else None
+        if request_id == "json-1":
+            # Context an API gateway adds, which the allow list logs.
+            extra = {"X-User-Country": "JP"}
         via = post(sidecar, body, extra)
         direct = post(model, body, extra)
         same(f"JSON call {request_id}", via, direct)

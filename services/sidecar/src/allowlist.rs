@@ -46,6 +46,11 @@ pub struct ModelRule {
     /// Request parameters to copy into the record.
     #[serde(default)]
     pub parameters: Vec<String>,
+    /// Request headers (gRPC metadata) to copy into the record's parameters, under their
+    /// lower-case names: context an API gateway adds (`x-user-country`, `x-app-version`). A
+    /// request parameter of the same name wins.
+    #[serde(default)]
+    pub headers: Vec<String>,
     /// The fraction of requests logged, chosen by a hash of the request id (see
     /// [`featurelog_schemas::sampling`]) so that the impression side can pick the same requests.
     #[serde(default = "one")]
@@ -119,6 +124,13 @@ impl AllowList {
                 }
                 if top.by.is_empty() {
                     return Err(format!("{which}: top-k.by must name an output"));
+                }
+            }
+            for h in &rule.headers {
+                if http::HeaderName::from_lowercase(h.as_bytes()).is_err() {
+                    return Err(format!(
+                        "{which}: headers: {h:?} is not a header name in lower case"
+                    ));
                 }
             }
             let mut names = BTreeSet::new();
@@ -298,6 +310,10 @@ mod tests {
                 "top-k",
             ),
             ("[[model", "expected"),
+            (
+                "[[model]]\nname = \"a\"\nheaders = [\"X-User-Country\"]",
+                "not a header name in lower case",
+            ),
         ] {
             let err = AllowList::parse(text).unwrap_err();
             assert!(err.contains(expect), "{text:?}: {err}");

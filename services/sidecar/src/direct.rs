@@ -245,6 +245,7 @@ pub fn eligible(rule: &ModelRule) -> bool {
     rule.outputs.is_empty()
         && rule.top_k.is_none()
         && rule.parameters.is_empty()
+        && rule.headers.is_empty()
         && rule.candidate_ids_parameter.is_none()
 }
 
@@ -589,6 +590,7 @@ mod tests {
             candidate_ids_input: ids.map(str::to_owned),
             candidate_ids_parameter: None,
             parameters: vec![],
+            headers: vec![],
             sample_rate: 1.0,
             top_k: None,
         }
@@ -619,6 +621,7 @@ mod tests {
             served_at: SystemTime::UNIX_EPOCH + Duration::new(1_790_000_000, 123_456_789),
             instance: "sidecar-a",
             allow_list_version: "v7",
+            headers: &[],
         }
     }
 

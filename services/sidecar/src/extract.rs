@@ -70,6 +70,8 @@ pub struct CallContext<'a> {
     pub instance: &'a str,
     /// The allow-list version that chose the rule.
     pub allow_list_version: &'a str,
+    /// The request headers some rule logs, as the proxy kept them (`ModelRule::headers`).
+    pub headers: &'a [(String, String)],
 }
 
 /// Decodes the tensor called `name` among `tensors` (name, datatype, shape, typed contents),
@@ -366,14 +368,21 @@ pub fn extract(
             .map(|c| c.into_feature(selected.as_deref()))
             .collect(),
         parameters: rule
-            .parameters
+            .headers
             .iter()
-            .filter_map(|p| {
+            .filter_map(|h| {
+                ctx.headers
+                    .iter()
+                    .find(|(name, _)| name == h)
+                    .map(|(_, v)| (h.clone(), v.clone()))
+            })
+            // Collected after the headers: a request parameter of the same name wins.
+            .chain(rule.parameters.iter().filter_map(|p| {
                 request
                     .parameters
                     .get(p)
                     .map(|v| (p.clone(), parameter_string(v)))
-            })
+            }))
             .collect(),
     })
 }
@@ -455,6 +464,7 @@ mod tests {
             candidate_ids_input: Some("item_id".into()),
             candidate_ids_parameter: None,
             parameters: vec![],
+            headers: vec![],
             sample_rate: 1.0,
             top_k: None,
         }
@@ -466,7 +476,45 @@ mod tests {
             served_at: SystemTime::UNIX_EPOCH,
             instance: "test",
             allow_list_version: "v1",
+            headers: &[],
         }
+    }
+
+    #[test]
+    fn listed_headers_join_the_parameters_and_a_parameter_of_the_same_name_wins() {
+        let mut rule = rule();
+        rule.headers = vec!["x-user-country".into(), "surface".into(), "x-absent".into()];
+        rule.parameters = vec!["surface".into()];
+        let mut request = request();
+        request.parameters.insert(
+            "surface".into(),
+            InferParameter {
+                parameter_choice: Some(ParameterChoice::StringParam("home".into())),
+            },
+        );
+        let headers = [
+            ("x-user-country".to_string(), "JP".to_string()),
+            ("surface".to_string(), "from-header".to_string()),
+        ];
+        let log = extract(
+            &rule,
+            &request,
+            Some(&response()),
+            CallContext {
+                headers: &headers,
+                ..ctx()
+            },
+        )
+        .unwrap();
+        let mut params: Vec<_> = log.parameters.into_iter().collect();
+        params.sort();
+        assert_eq!(
+            params,
+            [
+                ("surface".to_string(), "home".to_string()),
+                ("x-user-country".to_string(), "JP".to_string()),
+            ]
+        );
     }
 
     #[test]

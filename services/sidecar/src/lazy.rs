@@ -250,6 +250,7 @@ mod tests {
             candidate_ids_input: Some("ids".into()),
             candidate_ids_parameter: None,
             parameters: vec!["surface".into()],
+            headers: vec![],
             sample_rate: 1.0,
             top_k: None,
         }

@@ -108,6 +108,7 @@ impl Proxy {
             };
         };
 
+        let logged_headers = publisher.capture_headers(&parts.headers);
         let header_id = parts
             .headers
             .get(REQUEST_ID)
@@ -182,6 +183,7 @@ impl Proxy {
                 response_encoding,
                 fallback_request_id: fallback_id,
                 served_at,
+                headers: logged_headers,
                 rest: None,
             });
         });

@@ -70,6 +70,8 @@ pub struct CapturedCall {
     pub fallback_request_id: String,
     /// When the call arrived.
     pub served_at: SystemTime,
+    /// The request headers some allow-list rule logs ([`Publisher::capture_headers`]).
+    pub headers: Vec<(String, String)>,
     /// Set for a call of the REST binding: the bodies are then HTTP bodies (the protocol's JSON,
     /// with the binary extension's data after it) instead of gRPC-framed messages, and the
     /// encodings are `Content-Encoding`s.
@@ -267,6 +269,23 @@ impl Publisher {
             shared,
             threads: Mutex::new(threads),
         })
+    }
+
+    /// The request headers (gRPC metadata) that some rule of the allow list in force logs
+    /// (`headers`), as (lower-case name, value): all a call keeps of its headers for the
+    /// publisher. Nothing is looked up when no rule names a header.
+    pub fn capture_headers(&self, headers: &http::HeaderMap) -> Vec<(String, String)> {
+        let list = self.shared.allow_list.current();
+        let mut out: Vec<(String, String)> = Vec::new();
+        for name in list.models.iter().flat_map(|r| &r.headers) {
+            let value = headers.get(name.as_str()).and_then(|v| v.to_str().ok());
+            if let Some(value) = value {
+                if !out.iter().any(|(n, _)| n == name) {
+                    out.push((name.clone(), value.to_owned()));
+                }
+            }
+        }
+        out
     }
 
     /// Queues a call for logging, or drops and counts it when the queue is full (by calls or
@@ -664,6 +683,7 @@ fn publish_rest(
         served_at: call.served_at,
         instance: &shared.instance,
         allow_list_version: &list.version,
+        headers: &call.headers,
     };
     // The gRPC path's fast encoder, on the request as gRPC would have carried it (only the
     // rule's tensors, a few kB): the generic extraction below decodes every value into vectors
@@ -774,6 +794,7 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         served_at: call.served_at,
         instance: &shared.instance,
         allow_list_version: &list.version,
+        headers: &call.headers,
     };
     let Some(scanned) = produce_planned(shared, local, &list, rule, scanned, ctx, request_size)
     else {
@@ -1021,6 +1042,7 @@ mod tests {
             response_encoding: None,
             fallback_request_id: "r".into(),
             served_at: SystemTime::now(),
+            headers: Vec::new(),
             rest: None,
         };
         let dropped = |reason| {

@@ -209,6 +209,7 @@ impl RestProxy {
             };
         };
 
+        let logged_headers = publisher.capture_headers(&parts.headers);
         let header_id = header_str(&parts.headers, REQUEST_ID).filter(|v| !v.is_empty());
         let request_encoding = header_str(&parts.headers, "content-encoding");
         let request_header_length = header_length(&parts.headers);
@@ -279,6 +280,7 @@ impl RestProxy {
                 response_encoding,
                 fallback_request_id: fallback_id,
                 served_at,
+                headers: logged_headers,
                 rest: Some(RestCall {
                     model,
                     version,
