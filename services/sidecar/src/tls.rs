@@ -35,15 +35,7 @@ pub fn upstream_client_config(
         _ if !https => {}
         Some(path) => {
             let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("{}: no PEM certificate in it", path.display()));
-            }
+            roots = ca_roots(path, &pem)?;
         }
         None => {
             let native = rustls_native_certs::load_native_certs();
@@ -71,6 +63,21 @@ pub fn upstream_client_config(
         }
         _ => Ok(builder.with_no_client_auth()),
     }
+}
+
+/// The CA certificates of a PEM file (`path`, for messages): at least one.
+fn ca_roots(path: &Path, pem: &[u8]) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    Ok(roots)
 }
 
 /// How long a client may take over its handshake before the connection is dropped.
@@ -200,16 +207,7 @@ fn build(config: &TlsConfig, files: Vec<Vec<u8>>) -> Result<Loaded, String> {
         .map_err(|e| format!("TLS: {e}"))?;
     let builder = match (&config.client_ca, files.get(2)) {
         (Some(path), Some(ca_pem)) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(ca_pem) {
-                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("{}: no PEM certificate in it", path.display()));
-            }
+            let roots = ca_roots(path, ca_pem)?;
             let verifier =
                 rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
                     .build()
