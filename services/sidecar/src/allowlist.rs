@@ -191,6 +191,12 @@ impl AllowListHandle {
         self.current.load_full()
     }
 
+    /// The list in force, for a look that does not keep it (no reference count taken: the
+    /// inference path's header capture).
+    pub fn peek(&self) -> arc_swap::Guard<Arc<AllowList>> {
+        self.current.load()
+    }
+
     /// Checks the file once: returns true if a new version was taken, false if unchanged or
     /// still settling (changed since the last check), and an error (the old list stays) if the
     /// file cannot be read or, having settled, is invalid.

@@ -109,22 +109,10 @@ impl Proxy {
         };
 
         let logged_headers = publisher.capture_headers(&parts.headers);
-        let header_id = parts
-            .headers
-            .get(REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned);
+        let header_id = header_str(&parts.headers, REQUEST_ID).filter(|v| !v.is_empty());
         let request_encoding = header_str(&parts.headers, "grpc-encoding");
         let exchange = Arc::new(Exchange::default());
-        let request_tap = Tap::new(body, self.max_message_bytes, {
-            let exchange = exchange.clone();
-            move |captured| {
-                if let Ok(mut slot) = exchange.request.lock() {
-                    *slot = Some(captured);
-                }
-            }
-        });
+        let request_tap = exchange.tap(body, self.max_message_bytes);
         let upstream_started = Instant::now();
         let response = self
             .client
@@ -139,22 +127,11 @@ impl Proxy {
 
         // Whose id is it? The request's own `id` first, then the caller's header, then ours,
         // which the caller gets back so it can tag its impressions with it.
-        let fallback_id = match header_id {
-            Some(id) => id,
-            None => match exchange
-                .peek_request_id(request_encoding.as_deref(), self.max_message_bytes)
-            {
-                // The request names itself; the publisher reads the same id from the body.
-                Some(id) if !id.is_empty() => id,
-                _ => {
-                    let generated = uuid::Uuid::new_v4().to_string();
-                    if let Ok(value) = HeaderValue::from_str(&generated) {
-                        parts.headers.insert(REQUEST_ID, value);
-                    }
-                    generated
-                }
-            },
-        };
+        // (When the request names itself, the publisher reads the same id from the body.)
+        let found = header_id.or_else(|| {
+            exchange.peek_request_id(request_encoding.as_deref(), self.max_message_bytes)
+        });
+        let fallback_id = id_or_generated(found, &mut parts.headers);
         // A trailers-only response (an error, usually) carries its status in the headers.
         let headers_status = status_of(&parts.headers);
         let response_encoding = header_str(&parts.headers, "grpc-encoding");
@@ -343,11 +320,34 @@ struct RequestHead {
 
 /// The request side of a call, left by its tap for the response side.
 #[derive(Default)]
-struct Exchange {
-    request: Mutex<Option<Captured>>,
+pub(crate) struct Exchange {
+    pub(crate) request: Mutex<Option<Captured>>,
+}
+
+/// `found` (a request id the call carries, if non-empty), else a generated one, which goes
+/// into the response's `x-request-id` header so the caller can tag its impressions with it.
+pub(crate) fn id_or_generated(found: Option<String>, response_headers: &mut HeaderMap) -> String {
+    if let Some(id) = found.filter(|id| !id.is_empty()) {
+        return id;
+    }
+    let generated = uuid::Uuid::new_v4().to_string();
+    if let Ok(value) = HeaderValue::from_str(&generated) {
+        response_headers.insert(REQUEST_ID, value);
+    }
+    generated
 }
 
 impl Exchange {
+    /// The request body, passed through, left here when it is done.
+    pub(crate) fn tap<B: Body>(self: &Arc<Self>, body: B, limit: usize) -> Tap<B> {
+        let exchange = self.clone();
+        Tap::new(body, limit, move |captured| {
+            if let Ok(mut slot) = exchange.request.lock() {
+                *slot = Some(captured);
+            }
+        })
+    }
+
     /// The request's `id` field if the whole request body has been seen; `None` otherwise.
     /// Reads the chunks in place: this runs on the call's path, so nothing is copied (but for
     /// a compressed request, which must be inflated as the publisher will).

@@ -275,7 +275,7 @@ impl Publisher {
     /// (`headers`), as (lower-case name, value): all a call keeps of its headers for the
     /// publisher. Nothing is looked up when no rule names a header.
     pub fn capture_headers(&self, headers: &http::HeaderMap) -> Vec<(String, String)> {
-        let list = self.shared.allow_list.current();
+        let list = self.shared.allow_list.peek();
         let mut out: Vec<(String, String)> = Vec::new();
         for name in list.models.iter().flat_map(|r| &r.headers) {
             let value = headers.get(name.as_str()).and_then(|v| v.to_str().ok());

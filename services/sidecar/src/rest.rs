@@ -12,7 +12,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
@@ -28,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::proxy::{
-    BoxError, Captured, Connections, ProxyBody, Tap, Upstream, both_bodies, connector, header_str,
+    BoxError, Captured, Connections, Exchange, ProxyBody, Tap, Upstream, both_bodies, connector,
+    header_str, id_or_generated,
 };
 use crate::publisher::{CapturedCall, Publisher, RestCall};
 use crate::rest_json::HEADER_LENGTH;
@@ -213,15 +214,8 @@ impl RestProxy {
         let header_id = header_str(&parts.headers, REQUEST_ID).filter(|v| !v.is_empty());
         let request_encoding = header_str(&parts.headers, "content-encoding");
         let request_header_length = header_length(&parts.headers);
-        let request_slot: Arc<Mutex<Option<Captured>>> = Arc::default();
-        let request_tap = Tap::new(body, self.max_message_bytes, {
-            let slot = request_slot.clone();
-            move |captured| {
-                if let Ok(mut slot) = slot.lock() {
-                    *slot = Some(captured);
-                }
-            }
-        });
+        let exchange = Arc::new(Exchange::default());
+        let request_tap = exchange.tap(body, self.max_message_bytes);
         let upstream_started = Instant::now();
         let response = self
             .client
@@ -237,31 +231,20 @@ impl RestProxy {
 
         // Whose id is it? The body's own `id` first, then the caller's header, then ours,
         // which the caller gets back so it can tag its impressions with it.
-        let fallback_id = match header_id {
-            Some(id) => id,
-            None => match self.peek_id(
-                &request_slot,
+        let found = header_id.or_else(|| {
+            self.peek_id(
+                &exchange,
                 request_encoding.as_deref(),
                 request_header_length,
-            ) {
-                Some(id) if !id.is_empty() => id,
-                _ => {
-                    let generated = uuid::Uuid::new_v4().to_string();
-                    if let Ok(value) = HeaderValue::from_str(&generated) {
-                        parts.headers.insert(REQUEST_ID, value);
-                    }
-                    generated
-                }
-            },
-        };
+            )
+        });
+        let fallback_id = id_or_generated(found, &mut parts.headers);
         let ok = parts.status.is_success();
         let response_encoding = header_str(&parts.headers, "content-encoding");
         let response_header_length = header_length(&parts.headers);
         let metrics = self.metrics.clone();
         let response_tap = Tap::new(body, self.max_message_bytes, move |captured: Captured| {
-            let outcome = if !captured.complete {
-                "error"
-            } else if ok {
+            let outcome = if ok && captured.complete {
                 "ok"
             } else {
                 "error"
@@ -270,7 +253,8 @@ impl RestProxy {
             if !ok {
                 return metrics.skip_call("call_failed");
             }
-            let Some((request, response)) = both_bodies(&request_slot, captured, &metrics) else {
+            let Some((request, response)) = both_bodies(&exchange.request, captured, &metrics)
+            else {
                 return;
             };
             publisher.submit(CapturedCall {
@@ -298,12 +282,12 @@ impl RestProxy {
     /// answered, so it nearly always has); `None` otherwise or when it has none.
     fn peek_id(
         &self,
-        slot: &Mutex<Option<Captured>>,
+        exchange: &Exchange,
         encoding: Option<&str>,
         header_length: Option<usize>,
     ) -> Option<String> {
         let chunks = {
-            let slot = slot.lock().ok()?;
+            let slot = exchange.request.lock().ok()?;
             let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
             captured.chunks.clone()
         };
