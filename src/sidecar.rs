@@ -24,10 +24,17 @@ fn check_tls(config: &SidecarConfig, path: &std::path::Path) -> anyhow::Result<(
         featurelog_sidecar::tls::Tls::load(tls)
             .map_err(|e| anyhow::anyhow!("{}: [tls]: {e}", path.display()))?;
     }
+    let upstream_tls = match &config.upstream_tls {
+        Some(t) if config.https_upstreams() => Some(
+            featurelog_sidecar::tls::UpstreamTls::load(t)
+                .map_err(|e| anyhow::anyhow!("{}: [upstream-tls]: {e}", path.display()))?,
+        ),
+        _ => None,
+    };
     let upstreams =
         std::iter::once(&config.upstream).chain(config.rest.as_ref().map(|r| &r.upstream));
     for url in upstreams {
-        featurelog_sidecar::tls::upstream_client_config(url, config.upstream_tls.as_ref())
+        featurelog_sidecar::tls::upstream_client_config(url, upstream_tls.as_ref())
             .map_err(|e| anyhow::anyhow!("{}: [upstream-tls]: {e}", path.display()))?;
     }
     Ok(())

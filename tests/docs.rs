@@ -410,6 +410,7 @@ fn sidecar_metrics_reference_covers_every_metric_and_reason() {
     m.skip_call("not_sampled");
     m.allow_list_reloaded("sha256:0", true);
     m.tls_reloaded(true);
+    m.upstream_tls_reloaded(true);
     m.tls_handshake_failed("error");
     let exposed = exposed(&m.render());
     let names: BTreeSet<String> = exposed.keys().map(|n| strip_total(n).to_owned()).collect();

@@ -415,7 +415,7 @@ fn files_that_do_not_make_a_certificate_stop_the_start_with_what_is_wrong() {
 
 /// A model server that serves TLS (`upstream = "https://..."`, `[upstream-tls]`), gRPC and REST:
 /// calls through the sidecar get its answers and are logged; a model server whose certificate
-/// the configured CA did not sign is not talked to. The TLS model server here is the reference
+/// the configured CA did not sign is not talked to, until the CA file is rotated to one that did. The TLS model server here is the reference
 /// one behind a second sidecar that terminates TLS for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn to_a_model_server_over_tls_calls_pass_and_are_logged() {
@@ -499,6 +499,32 @@ async fn to_a_model_server_over_tls_calls_pass_and_are_logged() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
     assert!(err.message().contains("upstream unavailable"), "{err}");
+
+    // The CA file is rotated to the one that signed the model server's certificate: new
+    // connections trust it without a restart.
+    write(&dir.path().join("wary"), "ca.crt", &ca.pem());
+    let mut wary_client = client(wary.local_addr).await;
+    let started = std::time::Instant::now();
+    let answer = loop {
+        let request = ranker_request("upstream-tls-3", 4, 0, 3, false);
+        match wary_client.model_infer(request).await {
+            Ok(answer) => break answer.into_inner(),
+            Err(err) if started.elapsed() < Duration::from_secs(10) => {
+                assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => panic!("the rotated CA was not taken: {err}"),
+        }
+    };
+    assert_eq!(answer.model_name, "ranker");
+    let reloads = |reason: &'static str| {
+        wary.metrics
+            .upstream_tls_reloads
+            .get_or_create(&featurelog_sidecar::metrics::Reason { reason })
+            .get()
+    };
+    // The start-up load, then the rotation.
+    assert_eq!((reloads("applied"), reloads("refused")), (2, 0));
 
     for s in [via_tls, wary, front] {
         s.stop();

@@ -381,6 +381,14 @@ impl SidecarConfig {
         Ok(())
     }
 
+    /// Whether a model server is reached over TLS (gRPC or REST), which is when
+    /// `[upstream-tls]` is read.
+    pub fn https_upstreams(&self) -> bool {
+        std::iter::once(&self.upstream)
+            .chain(self.rest.as_ref().map(|r| &r.upstream))
+            .any(|u| u.starts_with("https://"))
+    }
+
     /// The instance name written into records.
     pub fn instance_name(&self) -> String {
         self.instance

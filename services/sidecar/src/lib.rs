@@ -97,8 +97,28 @@ pub async fn start(
         }
         _ => (None, None),
     };
+    let upstream_tls = match &config.upstream_tls {
+        // Read only when a model server is reached over TLS: a cleartext upstream never uses them.
+        Some(t) if config.https_upstreams() => {
+            let loaded =
+                Arc::new(
+                    tls::UpstreamTls::load(t).map_err(|message| SidecarError::Config {
+                        path: "upstream-tls".into(),
+                        message,
+                    })?,
+                );
+            metrics.upstream_tls_reloaded(true);
+            tokio::spawn(loaded.clone().watch(
+                config.allow_list_reload_interval,
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+            Some(loaded)
+        }
+        _ => None,
+    };
     let upstream_tls = |url: &str, what: &str| {
-        tls::upstream_client_config(url, config.upstream_tls.as_ref()).map_err(|message| {
+        tls::upstream_client_config(url, upstream_tls.as_deref()).map_err(|message| {
             SidecarError::Config {
                 path: what.into(),
                 message,

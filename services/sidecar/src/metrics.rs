@@ -77,6 +77,8 @@ pub struct Metrics {
     pub allow_list_version: Family<Version, Gauge>,
     /// TLS certificate loads of the client port, by outcome (`applied`, `refused`).
     pub tls_reloads: Family<Reason, Counter>,
+    /// Loads of the `[upstream-tls]` files by outcome.
+    pub upstream_tls_reloads: Family<Reason, Counter>,
     /// Client connections whose TLS handshake failed (`error`) or did not finish (`timeout`).
     pub tls_handshake_failures: Family<Reason, Counter>,
 }
@@ -114,6 +116,7 @@ impl Metrics {
             allow_list_reloads: Family::default(),
             allow_list_version: Family::default(),
             tls_reloads: Family::default(),
+            upstream_tls_reloads: Family::default(),
             tls_handshake_failures: Family::default(),
         };
         registry.register(
@@ -217,6 +220,11 @@ impl Metrics {
             m.tls_reloads.clone(),
         );
         registry.register(
+            "upstream_tls_reloads",
+            "Loads of the upstream-tls files (model server CA, client certificate) by outcome",
+            m.upstream_tls_reloads.clone(),
+        );
+        registry.register(
             "tls_handshake_failures",
             "Client connections whose TLS handshake failed, by reason",
             m.tls_handshake_failures.clone(),
@@ -254,6 +262,14 @@ impl Metrics {
     pub fn tls_reloaded(&self, applied: bool) {
         let reason = if applied { "applied" } else { "refused" };
         self.tls_reloads.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// Records a load of the `[upstream-tls]` files: `applied` or `refused`.
+    pub fn upstream_tls_reloaded(&self, applied: bool) {
+        let reason = if applied { "applied" } else { "refused" };
+        self.upstream_tls_reloads
+            .get_or_create(&Reason { reason })
+            .inc();
     }
 
     /// Counts a client connection whose TLS handshake failed (`error`) or timed out.
