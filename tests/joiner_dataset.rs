@@ -64,6 +64,37 @@ fn log(request: &str, served_us: i64, items: &[&str], locale: &str) -> FeatureLo
     }
 }
 
+/// The dataset as pyarrow reads it, every file's schema unified (tests/clients/read_dataset.py).
+fn read_with_pyarrow(dir: &std::path::Path) -> serde_json::Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
+    let out = std::process::Command::new("python3")
+        .args([script, dir.to_str().unwrap()])
+        .output()
+        .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Stages and commits `rows` as `task`'s `epoch` (what a joiner's flush does).
+fn commit(dataset: &Dataset, task: &str, epoch: u64, rows: &[featurelog_joiner::state::Row]) {
+    let staged = dataset.stage(task, epoch, rows, i64::MIN).unwrap();
+    let checkpoint = Checkpoint {
+        task: task.into(),
+        epoch,
+        offsets: [("features".to_string(), 1), ("events".to_string(), 1)].into(),
+        watermark_us: i64::MIN,
+        files: staged.files,
+        state: None,
+        staging: staged.staging,
+    };
+    dataset.commit(&checkpoint).unwrap();
+    dataset.roll_forward(&checkpoint).unwrap();
+}
+
 fn event(request: &str, item: &str, time_us: i64, kind: EventKind) -> Event {
     Event {
         request_id: request.into(),
@@ -122,18 +153,7 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
     dataset.commit(&checkpoint).unwrap();
     dataset.roll_forward(&checkpoint).unwrap();
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
-    let out = std::process::Command::new("python3")
-        .args([script, dir.path().to_str().unwrap()])
-        .output()
-        .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-
+    let read = read_with_pyarrow(dir.path());
     let schema = &read["schema"];
     assert_eq!(schema["item_price"], "float");
     assert_eq!(schema["user_locale"], "string");
@@ -182,5 +202,77 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
     assert_eq!(
         rows[2]["item_price"], "-0.0",
         "bit-exact: the sign of zero survives"
+    );
+}
+
+/// Two models log `item_price` with different types (or one model changes its type), into one
+/// dataset, from two joiner processes: each file keeps the type the dataset first gave the
+/// name, the other type gets a column of its own, and a reader that unifies the files' schemas
+/// (as Spark's mergeSchema and Polars do) reads them all. Before, the second file wrote
+/// `item_price` as float beside the first's double, and unifying them failed.
+#[test]
+fn a_feature_that_changes_type_never_gives_one_name_two_types_across_files() {
+    let config = JoinConfig {
+        features_wait_us: HOUR_US,
+        impressions_wait_us: HOUR_US,
+        label_window_us: None,
+        max_out_of_orderness_us: 0,
+        negatives_rate: 0.0,
+        max_bytes: usize::MAX,
+        event_sources: 1,
+    };
+    let joined = |log: FeatureLog, item: &str| {
+        let mut state = JoinState::new(config.clone());
+        let request = log.request_id.clone();
+        let mut rows = state.add_features(log);
+        rows.extend(state.add_event(event(&request, item, T0 + 1_000_000, EventKind::Impression)));
+        assert_eq!(rows.len(), 1);
+        rows
+    };
+    let mut v1 = log("r1", T0, &["a", "b"], "en-US");
+    v1.model_name = "ranker-v1".into();
+    v1.features[1].datatype = DataType::Fp64 as i32;
+    v1.features[1].values = Some(Values {
+        fp64_values: vec![2.25, 3.5],
+        ..Default::default()
+    });
+    let v2 = log("r2", T0, &["a", "b"], "jp_JA");
+
+    let dir = tempfile::tempdir().unwrap();
+    // Two processes: each its own handle on the dataset, and its own task.
+    let first = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let second = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    commit(&first, "feature-log-0", 1, &joined(v1, "b"));
+    commit(&second, "feature-log-1", 1, &joined(v2, "b"));
+
+    let read = read_with_pyarrow(dir.path());
+    let schema = &read["schema"];
+    assert_eq!(schema["item_price"], "double", "{schema}");
+    assert_eq!(schema["item_price__FP32"], "float", "{schema}");
+    let rows = read["rows"].as_array().unwrap();
+    let prices: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["request_id"].clone(),
+                r["item_price"].clone(),
+                r["item_price__FP32"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        prices,
+        [
+            (
+                serde_json::json!("r1"),
+                serde_json::json!(3.5),
+                serde_json::Value::Null
+            ),
+            (
+                serde_json::json!("r2"),
+                serde_json::Value::Null,
+                serde_json::json!(1.5)
+            ),
+        ]
     );
 }

@@ -582,7 +582,10 @@ async fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     ds.stage("bench", 1, &rows, i64::MIN)?;
     let stage_s = t.elapsed().as_secs_f64();
-    let batch = featurelog_joiner::rows::to_record_batch(&rows)?;
+    let batch = featurelog_joiner::rows::to_record_batch(
+        &rows,
+        &featurelog_joiner::rows::InMemoryColumns::default(),
+    )?;
     let t = Instant::now();
     let file = std::fs::File::create(dir.path().join("raw.parquet"))?;
     let props = parquet::file::properties::WriterProperties::builder()

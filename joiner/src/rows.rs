@@ -7,13 +7,19 @@
 //! | INT8..INT64, UINT8..UINT64 | Int8..Int64, UInt8..UInt64 |
 //! | FP16, BF16 | Float32 (every half value is exactly representable) |
 //! | FP32, FP64 | Float32, Float64 |
-//! | BYTES | Utf8 when every value in the file is UTF-8, else Binary |
+//! | BYTES | Utf8 when every value is UTF-8, else Binary (the first file decides, see below) |
 //! | any, with a per-row shape such as [64] | FixedSizeList of the above, 64 wide |
 //!
 //! A per-request feature is repeated on every row of its request. A feature missing from a
-//! row's record (the allow list changed) is null. Outputs are named `output_<name>`. If the same
-//! name arrives with another datatype or shape, that variant gets its own column,
-//! `<name>__<DATATYPE>[x<width>]`, so no file ever mixes two types under one name.
+//! row's record (the allow list changed) is null. Outputs are named `output_<name>`.
+//!
+//! A column name has one type in the whole dataset, across files, tasks and processes, so that
+//! readers that merge the files' schemas (Spark, pyarrow datasets, Polars) never meet two types
+//! under one name: the first file that writes a name claims it for its kind (datatype, shape,
+//! and for BYTES Utf8 or Binary) in a [`ColumnRegistry`]. A feature that arrives under a claimed
+//! name with another kind (two models, or a model whose feature changed type) gets its own
+//! column, `<name>__<DATATYPE>[x<dims>]` (`__BYTES_binary` for bytes that are not all UTF-8
+//! under a name claimed for Utf8).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -314,7 +320,12 @@ fn fp32_columns(rows: &[Row], keys: &[&ColumnKey]) -> Vec<ArrayRef> {
         .collect()
 }
 
-fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowError> {
+/// Builds a column; BYTES are Utf8 when every value is UTF-8 and `binary` is false, else Binary.
+fn column(
+    rows: &[Row],
+    key: &ColumnKey,
+    binary: bool,
+) -> Result<(ArrowType, ArrayRef), ArrowError> {
     let width = width_of(rows, key);
     let array: ArrayRef = match key.datatype {
         DataType::Bool => {
@@ -401,10 +412,11 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
                 }
                 valid.push(cell.is_some());
             }
-            let utf8 = values
-                .iter()
-                .flatten()
-                .all(|b| std::str::from_utf8(b).is_ok());
+            let utf8 = !binary
+                && values
+                    .iter()
+                    .flatten()
+                    .all(|b| std::str::from_utf8(b).is_ok());
             let (child, child_type): (ArrayRef, ArrowType) = if utf8 {
                 let strings = values
                     .iter()
@@ -435,12 +447,115 @@ fn column(rows: &[Row], key: &ColumnKey) -> Result<(ArrowType, ArrayRef), ArrowE
     Ok((array.data_type().clone(), array))
 }
 
+/// Whether a BYTES column was built as Utf8 (itself or as a vector's elements).
+fn is_utf8(dt: &ArrowType) -> bool {
+    match dt {
+        ArrowType::FixedSizeList(child, _) => child.data_type() == &ArrowType::Utf8,
+        other => other == &ArrowType::Utf8,
+    }
+}
+
 fn micros(t: Option<&prost_types::Timestamp>) -> Option<i64> {
     t.map(crate::event::saturating_us)
 }
 
-/// Builds one record batch from rows (typically those of one hour).
-pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
+/// Where a dataset records the kind of column each name holds (module docs). A kind is a
+/// stable text: the protocol datatype, the per-row shape if any, and for BYTES the Arrow type,
+/// such as `FP32`, `FP32[64]`, `BYTES:utf8` or `BYTES[2x3]:binary`.
+pub trait ColumnRegistry {
+    /// The kind `name` holds in the dataset, claiming it for `kind` when it holds none yet.
+    /// Errors are the store's, as [`ArrowError::ExternalError`].
+    fn claim(&self, name: &str, kind: &str) -> Result<String, ArrowError>;
+}
+
+/// A registry held in memory: one batch's, or a process's that writes no dataset.
+#[derive(Debug, Default)]
+pub struct InMemoryColumns(std::sync::Mutex<HashMap<String, String>>);
+
+impl ColumnRegistry for InMemoryColumns {
+    fn claim(&self, name: &str, kind: &str) -> Result<String, ArrowError> {
+        let mut claimed = self
+            .0
+            .lock()
+            .map_err(|_| ArrowError::ComputeError("column registry poisoned".into()))?;
+        Ok(claimed
+            .entry(name.to_owned())
+            .or_insert_with(|| kind.to_owned())
+            .clone())
+    }
+}
+
+/// The kind text of a column (see [`ColumnRegistry`]).
+fn kind_of(key: &ColumnKey, binary: bool) -> String {
+    let mut kind = key
+        .datatype
+        .protocol_name()
+        .unwrap_or("UNSPECIFIED")
+        .to_owned();
+    if !key.row_shape.is_empty() {
+        let dims: Vec<String> = key.row_shape.iter().map(i64::to_string).collect();
+        kind.push_str(&format!("[{}]", dims.join("x")));
+    }
+    if key.datatype == DataType::Bytes {
+        kind.push_str(if binary { ":binary" } else { ":utf8" });
+    }
+    kind
+}
+
+/// The name a column of `key` takes: `base` if the dataset holds (or now claims) it for an
+/// acceptable kind, else the first of `base__<suffix>`, `base__<suffix>_2`, ... that it does.
+/// BYTES whose values are all UTF-8 (`binary` false) accept a name claimed for Binary too, and
+/// are then written as Binary. Returns the name and whether the column is Binary.
+fn place(
+    registry: &dyn ColumnRegistry,
+    used: &mut HashMap<String, ()>,
+    base: &str,
+    key: &ColumnKey,
+    binary: bool,
+) -> Result<(String, bool), ArrowError> {
+    let kind = kind_of(key, binary);
+    let as_binary = kind_of(key, true);
+    let datatype = key.datatype.protocol_name().unwrap_or("UNSPECIFIED");
+    let mut suffix = datatype.to_owned();
+    for dim in &key.row_shape {
+        suffix.push_str(&format!("x{dim}"));
+    }
+    if binary && key.datatype == DataType::Bytes {
+        suffix.push_str("_binary");
+    }
+    for attempt in 0..100 {
+        let name = match attempt {
+            0 => base.to_owned(),
+            1 => format!("{base}__{suffix}"),
+            n => format!("{base}__{suffix}_{n}"),
+        };
+        if used.contains_key(&name) {
+            continue;
+        }
+        let held = registry.claim(&name, &kind)?;
+        let fits = if held == kind {
+            Some(binary)
+        } else if key.datatype == DataType::Bytes && held == as_binary {
+            Some(true)
+        } else {
+            None
+        };
+        if let Some(binary) = fits {
+            used.insert(name.clone(), ());
+            return Ok((name, binary));
+        }
+    }
+    Err(ArrowError::InvalidArgumentError(format!(
+        "column {base:?}: no free name for kind {kind}"
+    )))
+}
+
+/// Builds one record batch from rows (typically those of one hour), naming feature columns
+/// through `registry`.
+pub fn to_record_batch(
+    rows: &[Row],
+    registry: &dyn ColumnRegistry,
+) -> Result<RecordBatch, ArrowError> {
     let utc: Arc<str> = Arc::from("UTC");
     let ts = ArrowType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some(utc.clone()));
     let mut fields = vec![
@@ -565,24 +680,13 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
         .filter(|k| k.datatype == DataType::Fp32)
         .collect();
     let mut fp32 = fp32_columns(rows, &fp32).into_iter();
-    let mut taken: HashMap<String, ()> = fields.iter().map(|f| (f.name().clone(), ())).collect();
+    // The fixed columns' names are never a feature's.
+    let mut used: HashMap<String, ()> = fields.iter().map(|f| (f.name().clone(), ())).collect();
     for key in &keys {
         let base = match key.source {
             Side::Feature => key.name.clone(),
             Side::Output => format!("output_{}", key.name),
         };
-        let name = if taken.contains_key(&base) {
-            let width: i64 = key.row_shape.iter().product();
-            let dt = key.datatype.protocol_name().unwrap_or("UNSPECIFIED");
-            if key.row_shape.is_empty() {
-                format!("{base}__{dt}")
-            } else {
-                format!("{base}__{dt}x{width}")
-            }
-        } else {
-            base
-        };
-        taken.insert(name.clone(), ());
         let ready = if key.datatype == DataType::Fp32 {
             fp32.next()
         } else {
@@ -590,7 +694,14 @@ pub fn to_record_batch(rows: &[Row]) -> Result<RecordBatch, ArrowError> {
         };
         let (dt, array) = match ready {
             Some(array) => (array.data_type().clone(), array),
-            None => column(rows, key)?,
+            None => column(rows, key, false)?,
+        };
+        let binary = key.datatype == DataType::Bytes && !is_utf8(&dt);
+        let (name, as_binary) = place(registry, &mut used, &base, key, binary)?;
+        let (dt, array) = if as_binary == binary {
+            (dt, array)
+        } else {
+            column(rows, key, true)?
         };
         fields.push(Field::new(name, dt, true));
         columns.push(array);
@@ -746,7 +857,7 @@ mod tests {
     #[test]
     fn every_column_gets_its_real_type_and_the_rows_values() {
         assert_eq!(validate(&served(log())), Ok(()));
-        let batch = to_record_batch(&rows()).unwrap();
+        let batch = to_record_batch(&rows(), &InMemoryColumns::default()).unwrap();
         let schema = batch.schema();
         let ty = |n: &str| schema.field_with_name(n).unwrap().data_type().clone();
         assert_eq!(ty("age"), ArrowType::Int8);
@@ -821,11 +932,71 @@ mod tests {
             impression_time_us: Some(1),
             labels: Labels::default(),
         });
-        let batch = to_record_batch(&rows).unwrap();
+        let batch = to_record_batch(&rows, &InMemoryColumns::default()).unwrap();
         assert!(batch.column_by_name("locale").unwrap().is_null(2));
         let price64 = batch.column_by_name("price__FP64").unwrap();
         assert_eq!(price64.as_primitive::<Float64Type>().value(2), 7.0);
         assert!(price64.is_null(0));
+    }
+
+    #[test]
+    fn a_name_keeps_the_kind_its_first_file_gave_it_in_every_later_file() {
+        let registry = InMemoryColumns::default();
+        let row = |log: FeatureLog| Row {
+            request_id: log.request_id.clone(),
+            item_id: "a".into(),
+            features: Arc::new(served(log)),
+            row: 0,
+            impression_time_us: Some(1),
+            labels: Labels::default(),
+        };
+        let type_of = |batch: &RecordBatch, n: &str| {
+            batch
+                .schema()
+                .field_with_name(n)
+                .map(|f| f.data_type().clone())
+                .ok()
+        };
+        // The first file: `price` as FP64 (another model's, say) and `locale` as UTF-8.
+        let mut first = log();
+        first.features[1].datatype = DataType::Fp64 as i32;
+        first.features[1].values = Some(Values {
+            fp64_values: vec![7.0, 8.0],
+            ..Default::default()
+        });
+        let batch = to_record_batch(&[row(first)], &registry).unwrap();
+        assert_eq!(type_of(&batch, "price"), Some(ArrowType::Float64));
+        assert_eq!(type_of(&batch, "locale"), Some(ArrowType::Utf8));
+        // A later file of FP32 prices and a locale that is not UTF-8: each gets a column of
+        // its own instead of a second type under the first file's names.
+        let mut later = log();
+        later.features[3].values = Some(Values {
+            bytes_values: vec![vec![0xff, 0xfe].into(), "en".into()],
+            ..Default::default()
+        });
+        let batch = to_record_batch(&[row(later)], &registry).unwrap();
+        assert_eq!(type_of(&batch, "price"), None);
+        assert_eq!(type_of(&batch, "price__FP32"), Some(ArrowType::Float32));
+        assert_eq!(type_of(&batch, "locale"), None);
+        assert_eq!(
+            type_of(&batch, "locale__BYTES_binary"),
+            Some(ArrowType::Binary)
+        );
+        let locale = batch.column_by_name("locale__BYTES_binary").unwrap();
+        assert_eq!(locale.as_binary::<i32>().value(0), [0xff, 0xfe]);
+        // And UTF-8 bytes under a name claimed for Binary are written as Binary.
+        let binary = InMemoryColumns::default();
+        binary.claim("locale", "BYTES:binary").unwrap();
+        let batch = to_record_batch(&rows(), &binary).unwrap();
+        assert_eq!(type_of(&batch, "locale"), Some(ArrowType::Binary));
+        assert_eq!(
+            batch
+                .column_by_name("locale")
+                .unwrap()
+                .as_binary::<i32>()
+                .value(0),
+            b"jp_JA"
+        );
     }
 
     #[test]
@@ -856,8 +1027,8 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            to_record_batch(&decoded).unwrap(),
-            to_record_batch(&rows()).unwrap()
+            to_record_batch(&decoded, &InMemoryColumns::default()).unwrap(),
+            to_record_batch(&rows(), &InMemoryColumns::default()).unwrap()
         );
     }
 

@@ -36,8 +36,9 @@ use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{OutputConfig, OutputLocation};
-use crate::rows::{hour_partition, to_record_batch};
+use crate::rows::{ColumnRegistry, hour_partition, to_record_batch};
 use crate::state::Row;
+use arrow_schema::ArrowError;
 
 /// What went wrong with the dataset, with the path concerned.
 #[derive(Debug, thiserror::Error)]
@@ -212,6 +213,9 @@ pub struct Dataset {
     /// Unique to this handle (and its clones): part of every staging prefix and state file name
     /// it writes, so that two owners of a task never write the same name.
     writer: String,
+    /// The kinds of the column names this process has claimed or read (`_featurelog/columns/`,
+    /// see [`ColumnRegistry`]): a claim never changes, so each name costs one request per process.
+    columns: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }
 
 #[derive(Debug, Default)]
@@ -792,6 +796,55 @@ impl Remote {
     }
 }
 
+/// A column name as a file name: bytes other than ASCII letters, digits, `_` and `-` are
+/// written `.XX` (hex), so that any feature name is one path segment, the same on every store.
+fn column_file(name: &str) -> String {
+    let mut file = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            file.push(char::from(b));
+        } else {
+            file.push_str(&format!(".{b:02X}"));
+        }
+    }
+    format!("_featurelog/columns/{file}")
+}
+
+/// The dataset's column names, one file each under `_featurelog/columns/`, created if absent:
+/// the first writer of a name, in any process, decides its kind (docs/JOINER.md, "Column
+/// names").
+impl ColumnRegistry for Dataset {
+    fn claim(&self, name: &str, kind: &str) -> Result<String, ArrowError> {
+        let cached = |columns: &Arc<std::sync::Mutex<HashMap<String, String>>>| {
+            columns.lock().ok().and_then(|c| c.get(name).cloned())
+        };
+        if let Some(held) = cached(&self.columns) {
+            return Ok(held);
+        }
+        let external = |e: SinkError| ArrowError::ExternalError(Box::new(e));
+        let file = column_file(name);
+        let held = if self
+            .storage
+            .create(&file, kind.as_bytes().to_vec())
+            .map_err(external)?
+        {
+            kind.to_owned()
+        } else {
+            let bytes = self.storage.get(&file).map_err(external)?;
+            String::from_utf8(bytes).map_err(|_| {
+                external(SinkError::Checkpoint {
+                    path: self.storage.describe(&file),
+                    problem: "not a column kind (text such as FP32 or BYTES:utf8)".into(),
+                })
+            })?
+        };
+        if let Ok(mut columns) = self.columns.lock() {
+            columns.insert(name.to_owned(), held.clone());
+        }
+        Ok(held)
+    }
+}
+
 impl Dataset {
     /// A dataset rooted at the local directory `root` (created if missing).
     pub fn open(root: impl Into<PathBuf>, options: SinkOptions) -> Result<Self, SinkError> {
@@ -808,6 +861,7 @@ impl Dataset {
             complete: Arc::default(),
             oldest: Arc::default(),
             writer,
+            columns: Arc::default(),
         })
     }
 
@@ -846,6 +900,7 @@ impl Dataset {
             complete: Arc::default(),
             oldest: Arc::default(),
             writer,
+            columns: Arc::default(),
         })
     }
 
@@ -1250,7 +1305,14 @@ impl Dataset {
             path: self.storage.describe(visible),
             message: e.to_string(),
         };
-        let batch = to_record_batch(rows).map_err(|e| encode(&e))?;
+        let batch = to_record_batch(rows, self).map_err(|e| match e {
+            // The store's own error, with its path and what to do.
+            ArrowError::ExternalError(e) => match e.downcast::<SinkError>() {
+                Ok(e) => *e,
+                Err(e) => encode(&e),
+            },
+            e => encode(&e),
+        })?;
         let level = ZstdLevel::try_new(self.options.zstd_level).map_err(|e| encode(&e))?;
         // Ids are nearly unique per row: a dictionary of them saves nothing that zstd does not,
         // and costs a hash per id. Feature columns keep theirs (categorical values coded as
@@ -2220,6 +2282,37 @@ mod tests {
         assert_eq!(again.recorded_partition_count("features", 8).unwrap(), 4);
         // Another topic's dataset in the same root is its own.
         assert_eq!(again.recorded_partition_count("other", 2).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_column_name_is_claimed_once_for_every_process_on_either_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = || Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let store = Arc::new(object_store::memory::InMemory::new());
+        let remote = || {
+            let options = SinkOptions::default();
+            Dataset::open_object_store(store.clone(), "memory://b", "ds/", options).unwrap()
+        };
+        for (first, second) in [(local(), local()), (remote(), remote())] {
+            assert_eq!(first.claim("price", "FP64").unwrap(), "FP64");
+            // Another process (its own cache) learns the first one's claim.
+            assert_eq!(second.claim("price", "FP32").unwrap(), "FP64");
+            assert_eq!(second.claim("price__FP32", "FP32").unwrap(), "FP32");
+            // Any name is one file: separators and spaces are escaped.
+            assert_eq!(second.claim("a/b c.d", "BYTES:utf8").unwrap(), "BYTES:utf8");
+            assert_eq!(first.claim("a/b c.d", "INT64").unwrap(), "BYTES:utf8");
+            assert_eq!(first.claim("a", "INT64").unwrap(), "INT64");
+        }
+        assert!(
+            dir.path()
+                .join("_featurelog/columns/a.2Fb.20c.2Ed")
+                .exists()
+        );
+        assert!(
+            keys(&store)
+                .iter()
+                .any(|k| k == "ds/_featurelog/columns/a.2Fb.20c.2Ed")
+        );
     }
 
     #[test]
