@@ -798,6 +798,8 @@ impl Remote {
 
 /// A column name as a file name: bytes other than ASCII letters, digits, `_` and `-` are
 /// written `.XX` (hex), so that any feature name is one path segment, the same on every store.
+/// A name whose escaped form would pass what a local file system takes in one segment (255
+/// bytes) is named by its SHA-256 instead, so that no feature name can fail a flush.
 fn column_file(name: &str) -> String {
     let mut file = String::with_capacity(name.len());
     for b in name.bytes() {
@@ -806,6 +808,14 @@ fn column_file(name: &str) -> String {
         } else {
             file.push_str(&format!(".{b:02X}"));
         }
+    }
+    if file.len() > 200 {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(name.as_bytes());
+        file = digest.iter().fold(String::from("sha256."), |mut s, b| {
+            s.push_str(&format!("{b:02x}"));
+            s
+        });
     }
     format!("_featurelog/columns/{file}")
 }
@@ -2302,6 +2312,10 @@ mod tests {
             assert_eq!(second.claim("a/b c.d", "BYTES:utf8").unwrap(), "BYTES:utf8");
             assert_eq!(first.claim("a/b c.d", "INT64").unwrap(), "BYTES:utf8");
             assert_eq!(first.claim("a", "INT64").unwrap(), "INT64");
+            // However long, a name is claimed (its file then named by a digest).
+            let long = "x/".repeat(300);
+            assert_eq!(first.claim(&long, "FP32").unwrap(), "FP32");
+            assert_eq!(second.claim(&long, "FP64").unwrap(), "FP32");
         }
         assert!(
             dir.path()
