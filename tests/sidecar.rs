@@ -35,6 +35,77 @@ fn values_equal_bitwise(got: &Values, want: &TensorValues) -> bool {
         && got.bytes_values == want.bytes_values
 }
 
+/// A record of the allow list `ALLOW` for `request`, answered with `response`: exactly the
+/// listed features, in list order, bit-exact to what the model received, and the score.
+fn check_record(
+    record: &featurelog_schemas::featurelog::v1::FeatureLog,
+    request: &featurelog_schemas::inference::ModelInferRequest,
+    response: &featurelog_schemas::inference::ModelInferResponse,
+) {
+    assert_eq!(record.request_id, request.id);
+    assert_eq!(record.model_name, "ranker");
+    assert_eq!(
+        record.parameters.get("surface").map(String::as_str),
+        Some("home")
+    );
+    let names: Vec<_> = record.features.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "user_age",
+            "user_locale",
+            "item_price",
+            "item_embedding",
+            "item_category"
+        ],
+        "exactly the allow-listed features, in allow-list order"
+    );
+    assert_eq!(record.row_count, 20);
+    // INT64 ids are logged as numbers.
+    let sent_ids: Vec<i64> = sent_values(request, "item_id")
+        .to_ids()
+        .unwrap()
+        .iter()
+        .map(|id| id.parse().unwrap())
+        .collect();
+    assert_eq!(record.candidate_int_ids, sent_ids);
+    assert!(record.candidate_ids.is_empty());
+    for feature in &record.features {
+        let sent = sent_values(request, &feature.name);
+        assert!(
+            values_equal_bitwise(feature.values.as_ref().unwrap(), &sent),
+            "{} of {}: logged values differ from what the model received",
+            feature.name,
+            request.id
+        );
+    }
+    let age = record
+        .features
+        .iter()
+        .find(|f| f.name == "user_age")
+        .unwrap();
+    assert!(age.per_request && age.datatype == DataType::Int32 as i32);
+    let emb = record
+        .features
+        .iter()
+        .find(|f| f.name == "item_embedding")
+        .unwrap();
+    assert_eq!(emb.row_shape, [8]);
+    let returned = featurelog_schemas::tensor::decode(
+        "score",
+        "FP32",
+        &response.outputs[0].shape,
+        response.outputs[0].contents.as_ref(),
+        response.raw_output_contents.first(),
+    )
+    .unwrap();
+    assert_eq!(record.outputs.len(), 1);
+    assert!(values_equal_bitwise(
+        record.outputs[0].values.as_ref().unwrap(),
+        &returned.values
+    ));
+}
+
 #[tokio::test]
 async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
     let Some(kafka) = kafka("sidecar_is_transparent_and_logs_exactly_the_allow_listed_features")
@@ -146,69 +217,7 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
             .unwrap_or_else(|| panic!("no record keyed {k}"))
     };
     for (request, response) in [&typed, &raw].into_iter().zip(&scores) {
-        let record = decode_log(&by_key(&request.id).payload);
-        assert_eq!(record.request_id, request.id);
-        assert_eq!(record.model_name, "ranker");
-        assert_eq!(
-            record.parameters.get("surface").map(String::as_str),
-            Some("home")
-        );
-        let names: Vec<_> = record.features.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "user_age",
-                "user_locale",
-                "item_price",
-                "item_embedding",
-                "item_category"
-            ],
-            "exactly the allow-listed features, in allow-list order"
-        );
-        assert_eq!(record.row_count, 20);
-        // INT64 ids are logged as numbers.
-        let sent_ids: Vec<i64> = sent_values(request, "item_id")
-            .to_ids()
-            .unwrap()
-            .iter()
-            .map(|id| id.parse().unwrap())
-            .collect();
-        assert_eq!(record.candidate_int_ids, sent_ids);
-        assert!(record.candidate_ids.is_empty());
-        for feature in &record.features {
-            let sent = sent_values(request, &feature.name);
-            assert!(
-                values_equal_bitwise(feature.values.as_ref().unwrap(), &sent),
-                "{} of {}: logged values differ from what the model received",
-                feature.name,
-                request.id
-            );
-        }
-        let age = record
-            .features
-            .iter()
-            .find(|f| f.name == "user_age")
-            .unwrap();
-        assert!(age.per_request && age.datatype == DataType::Int32 as i32);
-        let emb = record
-            .features
-            .iter()
-            .find(|f| f.name == "item_embedding")
-            .unwrap();
-        assert_eq!(emb.row_shape, [8]);
-        let returned = featurelog_schemas::tensor::decode(
-            "score",
-            "FP32",
-            &response.outputs[0].shape,
-            response.outputs[0].contents.as_ref(),
-            response.raw_output_contents.first(),
-        )
-        .unwrap();
-        assert_eq!(record.outputs.len(), 1);
-        assert!(values_equal_bitwise(
-            record.outputs[0].values.as_ref().unwrap(),
-            &returned.values
-        ));
+        check_record(&decode_log(&by_key(&request.id).payload), request, response);
     }
     assert_eq!(
         decode_log(&by_key(&generated).payload).request_id,
@@ -244,7 +253,19 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
 /// response as direct, and a record bit-exact to what the client sent.
 #[tokio::test]
 async fn tritonclient_works_through_the_sidecar_and_is_logged_bit_exact() {
-    official_client_through_the_sidecar("tritonclient", "triton_infer.py", "triton-req-1").await;
+    official_client_through_the_sidecar("tritonclient", "triton_infer.py", &["triton-req-1"]).await;
+}
+
+/// The same through tritonclient's stream API (`start_stream`, `async_stream_infer`: Triton's
+/// ModelStreamInfer).
+#[tokio::test]
+async fn tritonclient_s_stream_api_works_through_the_sidecar_and_is_logged_bit_exact() {
+    official_client_through_the_sidecar(
+        "tritonclient_stream",
+        "triton_infer.py",
+        &["triton-stream-1", "stream"],
+    )
+    .await;
 }
 
 /// KServe's Python client (`kserve.InferenceGRPCClient`, typed `contents` from Python lists,
@@ -252,13 +273,15 @@ async fn tritonclient_works_through_the_sidecar_and_is_logged_bit_exact() {
 /// it sent.
 #[tokio::test]
 async fn kserve_client_works_through_the_sidecar_and_is_logged_bit_exact() {
-    official_client_through_the_sidecar("kserve", "kserve_infer.py", "kserve-req-1").await;
+    official_client_through_the_sidecar("kserve", "kserve_infer.py", &["kserve-req-1"]).await;
 }
 
-/// Runs `tests/clients/<script> SIDECAR MODEL REQUEST_ID`, which calls the model through the
-/// sidecar and directly, fails if the responses differ, and prints what it sent; then checks
-/// the one logged record against that, bit for bit.
-async fn official_client_through_the_sidecar(client: &str, script: &str, request_id: &str) {
+/// Runs `tests/clients/<script> SIDECAR MODEL REQUEST_ID [MODE]` (`args`: the id, then the
+/// mode), which calls the model through the sidecar and directly, fails if the responses
+/// differ, and prints what it sent; then checks the one logged record against that, bit for
+/// bit.
+async fn official_client_through_the_sidecar(client: &str, script: &str, args: &[&str]) {
+    let request_id = args[0];
     let Some(kafka) = kafka(&format!("{client}_works_through_the_sidecar")) else {
         return;
     };
@@ -270,10 +293,11 @@ async fn official_client_through_the_sidecar(client: &str, script: &str, request
 
     let script = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
     let (sidecar_addr, model) = (sidecar.local_addr.to_string(), model_addr.to_string());
-    let id = request_id.to_owned();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new("python3")
-            .args([script.as_str(), &sidecar_addr, &model, &id])
+            .args([script.as_str(), &sidecar_addr, &model])
+            .args(&args)
             .output()
             .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)")
     })
@@ -351,4 +375,84 @@ async fn deadlines_and_cancellation_reach_the_model_server() {
     })
     .await;
     assert!(seen, "the model server never saw the call cancelled");
+}
+
+/// Triton's ModelStreamInfer (many inferences over one stream, as tritonclient's stream API
+/// sends them): the responses through the sidecar are the model server's, and each streamed
+/// inference is logged as a ModelInfer call would be, paired with its response by id. A
+/// request without an id, one for an unlisted model and one that fails are forwarded and
+/// answered, and not logged, each counted by its reason.
+#[tokio::test]
+async fn streamed_inferences_are_logged_like_calls_and_answered_unchanged() {
+    use featurelog_schemas::inference::model_infer_request::InferRequestedOutputTensor;
+    let Some(kafka) = kafka("streamed_inferences_are_logged_like_calls_and_answered_unchanged")
+    else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-stream", 2).await;
+    let (model_addr, _stop_model) = model_server(&["ranker", "unlisted"]).await;
+    let dir = temp_dir();
+    let config = sidecar_config(dir.path(), model_addr, Some(&kafka.config), &topic, ALLOW);
+    let sidecar = sidecar(config).await;
+
+    let raw = ranker_request("stream-raw", 20, 30, 11, true);
+    let typed = ranker_request("stream-typed", 20, 30, 12, false);
+    let anonymous = ranker_request("", 20, 0, 13, false);
+    let mut unlisted = ranker_request("stream-unlisted", 5, 0, 14, false);
+    unlisted.model_name = "unlisted".into();
+    let mut failing = ranker_request("stream-failing", 5, 0, 15, false);
+    failing.outputs = vec![InferRequestedOutputTensor {
+        name: "nope".into(),
+        ..Default::default()
+    }];
+    let requests = vec![raw.clone(), anonymous, unlisted, failing, typed.clone()];
+    let answers = |addr| {
+        let requests = requests.clone();
+        async move {
+            let mut stream = client(addr)
+                .await
+                .model_stream_infer(tonic::codegen::tokio_stream::iter(requests))
+                .await
+                .unwrap()
+                .into_inner();
+            let mut answers = Vec::new();
+            while let Some(answer) = stream.message().await.unwrap() {
+                answers.push(answer);
+            }
+            answers
+        }
+    };
+    let direct = answers(model_addr).await;
+    let via = answers(sidecar.local_addr).await;
+    assert_eq!(via, direct, "the sidecar changed the stream's answers");
+    assert_eq!(via.len(), 5);
+    assert!(via[3].error_message.contains("nope"), "{:?}", via[3]);
+
+    let metrics = sidecar.metrics.clone();
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    let records = kafka.read(&topic, 2, Duration::from_secs(60)).await;
+    let mut keys: Vec<String> = records.iter().map(|r| r.key_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["stream-raw", "stream-typed"]);
+    for (request, answer) in [(&raw, &direct[0]), (&typed, &direct[4])] {
+        let record = records.iter().find(|r| r.key_str() == request.id).unwrap();
+        check_record(
+            &decode_log(&record.payload),
+            request,
+            answer.infer_response.as_ref().unwrap(),
+        );
+    }
+    assert_eq!(metrics.records_delivered.get(), 2);
+    let count = |family: &str, reason: &'static str| {
+        let reason = featurelog_sidecar::metrics::Reason { reason };
+        match family {
+            "dropped" => metrics.dropped.get_or_create(&reason).get(),
+            _ => metrics.skipped.get_or_create(&reason).get(),
+        }
+    };
+    assert_eq!(count("dropped", "no_request_id"), 1);
+    assert_eq!(count("skipped", "not_allow_listed"), 1);
+    assert_eq!(count("skipped", "call_failed"), 1);
+    assert_eq!(count("dropped", "incomplete_call"), 0);
 }

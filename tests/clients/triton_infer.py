@@ -2,10 +2,14 @@
 sends tensors as raw_input_contents. Exits non-zero if the two responses differ, and prints (as
 JSON on stdout) what it sent, so the Rust test can compare it with the logged record bit for bit.
 
-usage: triton_infer.py SIDECAR_ADDR MODEL_ADDR REQUEST_ID
+With `stream`, the request goes over tritonclient's stream API (Triton's ModelStreamInfer)
+instead of a unary call.
+
+usage: triton_infer.py SIDECAR_ADDR MODEL_ADDR REQUEST_ID [stream]
 """
 
 import json
+import queue
 import sys
 
 import numpy as np
@@ -47,11 +51,29 @@ def infer(addr, inputs, request_id):
     return result.as_numpy("score"), result.get_response().id
 
 
+def stream_infer(addr, inputs, request_id):
+    client = grpcclient.InferenceServerClient(url=addr)
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    client.async_stream_infer(
+        "ranker",
+        inputs,
+        request_id=request_id,
+        outputs=[grpcclient.InferRequestedOutput("score")],
+    )
+    result, error = answers.get(timeout=30)
+    client.stop_stream()
+    if error is not None:
+        sys.exit(f"stream inference failed: {error}")
+    return result.as_numpy("score"), result.get_response().id
+
+
 def main():
     sidecar, model, request_id = sys.argv[1:4]
+    call = stream_infer if sys.argv[4:5] == ["stream"] else infer
     arrays, inputs = build_inputs(6)
-    via, via_id = infer(sidecar, inputs, request_id)
-    direct, _ = infer(model, inputs, request_id)
+    via, via_id = call(sidecar, inputs, request_id)
+    direct, _ = call(model, inputs, request_id)
     if via_id != request_id:
         sys.exit(f"the response id {via_id!r} is not the request's {request_id!r}")
     if via.tobytes() != direct.tobytes():

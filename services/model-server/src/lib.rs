@@ -128,8 +128,59 @@ fn row_sums(values: &TensorValues, rows: usize, per_row: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The response stream of ModelStreamInfer.
+type InferStream = std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>,
+>;
+
 #[tonic::async_trait]
 impl GrpcInferenceService for ReferenceModelServer {
+    type ModelStreamInferStream = InferStream;
+
+    /// Each request of the stream as ModelInfer answers it, in order; a failed one answers with
+    /// its error and its id (as Triton does) and the stream goes on.
+    async fn model_stream_infer(
+        &self,
+        request: Request<tonic::Streaming<pb::ModelInferRequest>>,
+    ) -> Result<Response<InferStream>, Status> {
+        let mut requests = request.into_inner();
+        let server = self.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            loop {
+                let request = match requests.message().await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return,
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                };
+                let (id, model_name) = (request.id.clone(), request.model_name.clone());
+                let answer = match server.model_infer(Request::new(request)).await {
+                    Ok(response) => pb::ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(response.into_inner()),
+                    },
+                    Err(status) => pb::ModelStreamInferResponse {
+                        error_message: status.message().to_owned(),
+                        infer_response: Some(pb::ModelInferResponse {
+                            model_name,
+                            id,
+                            ..Default::default()
+                        }),
+                    },
+                };
+                if tx.send(Ok(answer)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
     async fn server_live(
         &self,
         _: Request<pb::ServerLiveRequest>,

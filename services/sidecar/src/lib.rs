@@ -25,6 +25,7 @@ pub mod proxy;
 pub mod publisher;
 pub mod rest;
 pub mod rest_json;
+mod stream;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -8,7 +8,8 @@
 //! (a `Bytes` clone, no copy) and, once the call has finished with `grpc-status: 0`, the chunks go
 //! to the [`Publisher`], which decodes them on its own threads. The only work added to the call
 //! itself is the tap and, when the caller sent no `x-request-id`, peeking at the request's `id`
-//! field so a generated id can be returned in the response metadata.
+//! field so a generated id can be returned in the response metadata. Triton's
+//! `ModelStreamInfer` is cut into messages as it passes and logged per inference (`stream`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::publisher::{CapturedCall, Publisher};
+use crate::stream::{Messages, StreamLog};
 
 /// The body type both directions are boxed into.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -41,6 +43,8 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+/// Triton's streaming extension (see `stream`).
+const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 const REQUEST_ID: &str = "x-request-id";
 
 /// What the proxy needs to forward calls and, optionally, log them.
@@ -81,10 +85,10 @@ impl Proxy {
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
         let started = Instant::now();
         let served_at = SystemTime::now();
-        let method = if request.uri().path() == MODEL_INFER {
-            "model_infer"
-        } else {
-            "other"
+        let method = match request.uri().path() {
+            MODEL_INFER => "model_infer",
+            MODEL_STREAM_INFER => "model_stream_infer",
+            _ => "other",
         };
         let (mut parts, body) = request.into_parts();
         parts.uri = match self.upstream.uri(&parts.uri) {
@@ -92,6 +96,9 @@ impl Proxy {
             Err(err) => return self.unavailable(method, &format!("bad request path: {err}")),
         };
 
+        if let (Some(publisher), "model_stream_infer") = (&self.publisher, method) {
+            return self.stream(parts, body, publisher.clone()).await;
+        }
         let tap = match &self.publisher {
             Some(publisher) if method == "model_infer" => Some(publisher.clone()),
             _ => None,
@@ -167,6 +174,57 @@ impl Proxy {
         let added = started.elapsed().saturating_sub(upstream_time);
         self.metrics.added_latency.observe(added.as_secs_f64());
         Response::from_parts(parts, response_tap.boxed_unsync())
+    }
+
+    /// A ModelStreamInfer call in log mode: both streams pass through, cut into messages on the
+    /// way, and each request is logged with the response that carries its id (`stream`).
+    async fn stream(
+        &self,
+        parts: http::request::Parts,
+        body: Incoming,
+        publisher: Arc<Publisher>,
+    ) -> Response<ProxyBody> {
+        let log = StreamLog::new(
+            publisher.clone(),
+            self.metrics.clone(),
+            publisher.capture_headers(&parts.headers),
+            header_str(&parts.headers, "grpc-encoding"),
+            self.max_message_bytes,
+        );
+        let requests = {
+            let log = log.clone();
+            Messages::new(
+                body,
+                self.max_message_bytes,
+                move |m| log.request(m),
+                |_| {},
+            )
+        };
+        let response = self
+            .client
+            .request(Request::from_parts(parts, requests.boxed_unsync()))
+            .await;
+        let response = match response {
+            Ok(r) => r,
+            Err(err) => return self.unavailable("model_stream_infer", &err.to_string()),
+        };
+        let (parts, body) = response.into_parts();
+        log.set_response_encoding(header_str(&parts.headers, "grpc-encoding"));
+        // A trailers-only response (an error, usually) carries its status in the headers.
+        let headers_status = status_of(&parts.headers);
+        let metrics = self.metrics.clone();
+        let answers = log.clone();
+        let body = Messages::new(
+            body,
+            self.max_message_bytes,
+            move |m| answers.response(m),
+            move |trailers| {
+                let status = trailers.and_then(status_of).or(headers_status);
+                metrics.count_call("model_stream_infer", status.unwrap_or("error"));
+                log.end();
+            },
+        );
+        Response::from_parts(parts, body.boxed_unsync())
     }
 
     fn count(&self, method: &'static str, outcome: &'static str) {
@@ -397,6 +455,17 @@ impl Exchange {
             // Anything unusual: the full decode decides, as the publisher's would.
             Err(Unusual) => RequestHead::decode(message()?).ok().map(|h| h.id),
         }
+    }
+}
+
+/// The `id` of an uncompressed ModelInferRequest in `chunks` (the message alone, no prefix),
+/// read in place; `None` if it does not decode.
+pub(crate) fn id_in_chunks(chunks: &[Bytes]) -> Option<String> {
+    match request_id(&mut ChunksBuf::new(chunks)) {
+        Ok(id) => Some(id),
+        Err(Unusual) => RequestHead::decode(chunks.concat().as_slice())
+            .ok()
+            .map(|h| h.id),
     }
 }
 

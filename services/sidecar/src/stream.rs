@@ -1,0 +1,440 @@
+//! Logging Triton's ModelStreamInfer: many inferences over one bidirectional stream, as
+//! tritonclient's stream API sends them. Both bodies pass through untouched; on the way, each is
+//! cut into its gRPC messages. A request message waits (by its `id`) for the response message
+//! that carries the same id, and the pair is handed to the publisher exactly as a ModelInfer
+//! call's two bodies would be, so that streamed inferences are decoded, filtered, sampled and
+//! counted by the same code.
+//!
+//! Pairing is by id because that is what the protocol guarantees: Triton echoes each request's
+//! id in its response, and a decoupled model may answer a request more than once or not at all.
+//! So a streamed request without an id is not logged (`no_request_id`): the sidecar cannot
+//! return a generated id to the caller per message, and the app could not join its events. A
+//! request whose response does not come before the stream ends, or that waits behind
+//! [`MAX_WAITING`] others, is counted as `incomplete_call`.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use bytes::{Buf, Bytes};
+use http_body::{Body, Frame, SizeHint};
+
+use crate::metrics::Metrics;
+use crate::proxy::BoxError;
+use crate::publisher::{CapturedCall, Publisher, unframe};
+
+/// Requests of one stream waiting for their responses, at most: past it the oldest is given up.
+pub(crate) const MAX_WAITING: usize = 1024;
+
+/// One gRPC message as it passed: its 5-byte prefix (a chunk of its own) and its bytes, in the
+/// chunks they arrived in; or one past the size limit, which is not kept.
+#[derive(Debug)]
+pub(crate) enum Message {
+    Whole(Vec<Bytes>),
+    TooLarge,
+}
+
+/// Cuts a gRPC body into messages as its chunks pass, keeping references to the chunks.
+#[derive(Debug, Default)]
+struct Splitter {
+    head: [u8; 5],
+    head_len: usize,
+    /// Bytes of the current message still to come.
+    need: usize,
+    /// Bytes of an oversized message still to pass.
+    skip: usize,
+    parts: Vec<Bytes>,
+}
+
+impl Splitter {
+    fn feed(&mut self, data: &Bytes, limit: usize, out: &mut dyn FnMut(Message)) {
+        let mut at = 0;
+        while at < data.len() {
+            let left = data.len() - at;
+            if self.skip > 0 {
+                let n = self.skip.min(left);
+                self.skip -= n;
+                at += n;
+            } else if self.need > 0 {
+                let n = self.need.min(left);
+                self.parts.push(data.slice(at..at + n));
+                self.need -= n;
+                at += n;
+                if self.need == 0 {
+                    out(Message::Whole(std::mem::take(&mut self.parts)));
+                }
+            } else {
+                let n = (5 - self.head_len).min(left);
+                self.head[self.head_len..self.head_len + n].copy_from_slice(&data[at..at + n]);
+                self.head_len += n;
+                at += n;
+                if self.head_len < 5 {
+                    continue;
+                }
+                self.head_len = 0;
+                let [_, a, b, c, d] = self.head;
+                let len = u32::from_be_bytes([a, b, c, d]) as usize;
+                if len > limit {
+                    self.skip = len;
+                    out(Message::TooLarge);
+                } else if len == 0 {
+                    out(Message::Whole(vec![Bytes::copy_from_slice(&self.head)]));
+                } else {
+                    self.parts = vec![Bytes::copy_from_slice(&self.head)];
+                    self.need = len;
+                }
+            }
+        }
+    }
+}
+
+type OnMessage = Box<dyn FnMut(Message) + Send>;
+type OnEnd = Box<dyn FnOnce(Option<&http::HeaderMap>) + Send>;
+
+/// A body that passes every frame through and hands each whole message to `on_message` as it
+/// completes, then, when dropped, its trailers (if it ended with them) to `on_end`.
+pub(crate) struct Messages<B> {
+    inner: B,
+    splitter: Splitter,
+    limit: usize,
+    on_message: OnMessage,
+    on_end: Option<OnEnd>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl<B> Messages<B> {
+    pub(crate) fn new(
+        inner: B,
+        limit: usize,
+        on_message: impl FnMut(Message) + Send + 'static,
+        on_end: impl FnOnce(Option<&http::HeaderMap>) + Send + 'static,
+    ) -> Self {
+        Self {
+            inner,
+            splitter: Splitter::default(),
+            limit,
+            on_message: Box::new(on_message),
+            on_end: Some(Box::new(on_end)),
+            trailers: None,
+        }
+    }
+}
+
+impl<B> Body for Messages<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.splitter
+                        .feed(data, this.limit, &mut |m| (this.on_message)(m));
+                } else if let Some(trailers) = frame.trailers_ref() {
+                    this.trailers = Some(trailers.clone());
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> Drop for Messages<B> {
+    fn drop(&mut self) {
+        if let Some(on_end) = self.on_end.take() {
+            on_end(self.trailers.as_ref());
+        }
+    }
+}
+
+struct Waiting {
+    id: String,
+    request: Vec<Bytes>,
+    served_at: SystemTime,
+}
+
+/// One stream's pairing of requests with responses.
+pub(crate) struct StreamLog {
+    publisher: Arc<Publisher>,
+    metrics: Arc<Metrics>,
+    headers: Vec<(String, String)>,
+    request_encoding: Option<String>,
+    response_encoding: Mutex<Option<String>>,
+    limit: usize,
+    waiting: Mutex<VecDeque<Waiting>>,
+}
+
+impl StreamLog {
+    pub(crate) fn new(
+        publisher: Arc<Publisher>,
+        metrics: Arc<Metrics>,
+        headers: Vec<(String, String)>,
+        request_encoding: Option<String>,
+        limit: usize,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            publisher,
+            metrics,
+            headers,
+            request_encoding,
+            response_encoding: Mutex::new(None),
+            limit,
+            waiting: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// The response stream's `grpc-encoding`, known once its headers came.
+    pub(crate) fn set_response_encoding(&self, encoding: Option<String>) {
+        if let Ok(mut e) = self.response_encoding.lock() {
+            *e = encoding;
+        }
+    }
+
+    /// A request message of the stream, as it passes to the model server.
+    pub(crate) fn request(&self, message: Message) {
+        let request = match message {
+            Message::Whole(parts) => parts,
+            Message::TooLarge => return self.metrics.drop_call("too_large"),
+        };
+        // Uncompressed (nearly always): read in place on the call's path, without a copy.
+        let id = if request.first().and_then(|p| p.first()) == Some(&0) {
+            crate::proxy::id_in_chunks(request.get(1..).unwrap_or_default())
+        } else {
+            match unframe(
+                request.clone(),
+                self.request_encoding.as_deref(),
+                self.limit,
+                &mut bytes::BytesMut::new(),
+            ) {
+                Ok(message) => string_field(message, 3),
+                Err(crate::publisher::Unframe::Compression) => {
+                    return self.metrics.drop_call("unsupported_compression");
+                }
+                Err(_) => None,
+            }
+        };
+        let Some(id) = id else {
+            return self.metrics.drop_call("malformed_protobuf");
+        };
+        if id.is_empty() {
+            return self.metrics.drop_call("no_request_id");
+        }
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return;
+        };
+        if waiting.len() >= MAX_WAITING {
+            waiting.pop_front();
+            self.metrics.drop_call("incomplete_call");
+        }
+        waiting.push_back(Waiting {
+            id,
+            request,
+            served_at: SystemTime::now(),
+        });
+    }
+
+    /// A response message of the stream, as it passes to the caller: its request's pair is
+    /// published.
+    pub(crate) fn response(&self, message: Message) {
+        let Message::Whole(parts) = message else {
+            // Its request waits until the stream ends, and is counted then.
+            return;
+        };
+        let encoding = self.response_encoding.lock().ok().and_then(|e| e.clone());
+        let Ok(message) = unframe(
+            parts,
+            encoding.as_deref(),
+            self.limit,
+            &mut bytes::BytesMut::new(),
+        ) else {
+            return self.metrics.drop_call("malformed_response");
+        };
+        let Some((error, response)) = stream_response(message) else {
+            return self.metrics.drop_call("malformed_response");
+        };
+        let Some(id) = response.clone().and_then(|r| string_field(r, 3)) else {
+            return;
+        };
+        let found = self.waiting.lock().ok().and_then(|mut w| {
+            let at = w.iter().position(|r| r.id == id)?;
+            w.remove(at)
+        });
+        // A response no request waits for: a decoupled model's second answer, or a request
+        // that was not to be logged.
+        let Some(request) = found else {
+            return;
+        };
+        let response = match response {
+            Some(r) if !error => r,
+            _ => return self.metrics.skip_call("call_failed"),
+        };
+        let mut prefix = vec![0u8];
+        prefix.extend_from_slice(&(response.len() as u32).to_be_bytes());
+        self.publisher.submit(CapturedCall {
+            request: request.request,
+            response: vec![Bytes::from(prefix), response],
+            request_encoding: self.request_encoding.clone(),
+            response_encoding: None,
+            fallback_request_id: id,
+            served_at: request.served_at,
+            headers: self.headers.clone(),
+            rest: None,
+        });
+    }
+
+    /// The stream ended: what still waits will not be answered.
+    pub(crate) fn end(&self) {
+        let left = self.waiting.lock().map(|mut w| w.drain(..).count());
+        for _ in 0..left.unwrap_or(0) {
+            self.metrics.drop_call("incomplete_call");
+        }
+    }
+}
+
+/// The text of field `number` of an encoded message (`None` if the message does not parse
+/// that far; empty if the field is absent).
+fn string_field(mut message: Bytes, number: u32) -> Option<String> {
+    let mut found = String::new();
+    while message.has_remaining() {
+        let (field, wire) = prost::encoding::decode_key(&mut message).ok()?;
+        if field == number && wire == prost::encoding::WireType::LengthDelimited {
+            let len = prost::encoding::decode_varint(&mut message).ok()? as usize;
+            if len > message.remaining() {
+                return None;
+            }
+            found = String::from_utf8(message.split_to(len).to_vec()).ok()?;
+        } else {
+            prost::encoding::skip_field(
+                wire,
+                field,
+                &mut message,
+                prost::encoding::DecodeContext::default(),
+            )
+            .ok()?;
+        }
+    }
+    Some(found)
+}
+
+/// A ModelStreamInferResponse: whether it reports an error, and its `infer_response` bytes.
+fn stream_response(mut message: Bytes) -> Option<(bool, Option<Bytes>)> {
+    let (mut error, mut response) = (false, None);
+    while message.has_remaining() {
+        let (field, wire) = prost::encoding::decode_key(&mut message).ok()?;
+        match (field, wire) {
+            (1 | 2, prost::encoding::WireType::LengthDelimited) => {
+                let len = prost::encoding::decode_varint(&mut message).ok()? as usize;
+                if len > message.remaining() {
+                    return None;
+                }
+                let value = message.split_to(len);
+                if field == 1 {
+                    error = !value.is_empty();
+                } else {
+                    response = Some(value);
+                }
+            }
+            _ => prost::encoding::skip_field(
+                wire,
+                field,
+                &mut message,
+                prost::encoding::DecodeContext::default(),
+            )
+            .ok()?,
+        }
+    }
+    Some((error, response))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(message: &[u8]) -> Vec<u8> {
+        let mut out = vec![0];
+        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        out
+    }
+
+    /// Feeds `body` cut at every `step` bytes; returns the messages seen, joined.
+    fn split(body: &[u8], step: usize, limit: usize) -> Vec<Result<Vec<u8>, ()>> {
+        let mut splitter = Splitter::default();
+        let mut seen = Vec::new();
+        for chunk in body.chunks(step) {
+            splitter.feed(&Bytes::copy_from_slice(chunk), limit, &mut |m| {
+                seen.push(match m {
+                    Message::Whole(parts) => Ok(parts.concat()),
+                    Message::TooLarge => Err(()),
+                });
+            });
+        }
+        seen
+    }
+
+    #[test]
+    fn messages_are_found_however_the_chunks_cut_them() {
+        let messages: [&[u8]; 4] = [b"first", b"", &[7u8; 300], b"last"];
+        let body: Vec<u8> = messages.iter().flat_map(|m| framed(m)).collect();
+        for step in [1, 2, 3, 5, 7, 64, 1000] {
+            let expected: Vec<Result<Vec<u8>, ()>> =
+                messages.iter().map(|m| Ok(framed(m))).collect();
+            assert_eq!(split(&body, step, 1 << 20), expected, "step {step}");
+            // Past the limit: reported, skipped, and the next ones still found.
+            let mut expected = expected;
+            expected[2] = Err(());
+            assert_eq!(split(&body, step, 100), expected, "step {step}");
+        }
+    }
+
+    #[test]
+    fn stream_responses_and_ids_are_read_and_garbage_is_refused() {
+        use featurelog_schemas::inference::{ModelInferResponse, ModelStreamInferResponse};
+        use prost::Message as _;
+        let inner = ModelInferResponse {
+            id: "r-1".into(),
+            model_name: "ranker".into(),
+            ..Default::default()
+        };
+        let ok = ModelStreamInferResponse {
+            error_message: String::new(),
+            infer_response: Some(inner.clone()),
+        };
+        let (error, response) = stream_response(ok.encode_to_vec().into()).unwrap();
+        assert!(!error);
+        let response = response.unwrap();
+        assert_eq!(response, inner.encode_to_vec());
+        assert_eq!(string_field(response, 3).as_deref(), Some("r-1"));
+        let failed = ModelStreamInferResponse {
+            error_message: "no such model".into(),
+            infer_response: Some(inner),
+        };
+        assert!(stream_response(failed.encode_to_vec().into()).unwrap().0);
+        assert_eq!(stream_response(Bytes::from_static(&[0x12, 0x7f, 1])), None);
+        assert_eq!(
+            string_field(Bytes::from_static(&[0x1a, 2, 0xff, 0xfe]), 3),
+            None
+        );
+    }
+}
