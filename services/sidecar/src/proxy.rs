@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::publisher::{CapturedCall, Publisher};
-use crate::stream::{Messages, StreamLog};
+use crate::stream::{StreamLog, messages};
 
 /// The body type both directions are boxed into.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -193,7 +193,7 @@ impl Proxy {
         );
         let requests = {
             let log = log.clone();
-            Messages::new(
+            messages(
                 body,
                 self.max_message_bytes,
                 move |m| log.request(m),
@@ -214,7 +214,7 @@ impl Proxy {
         let headers_status = status_of(&parts.headers);
         let metrics = self.metrics.clone();
         let answers = log.clone();
-        let body = Messages::new(
+        let body = messages(
             body,
             self.max_message_bytes,
             move |m| answers.response(m),
@@ -666,39 +666,42 @@ pub struct Captured {
     pub trailers: Option<HeaderMap>,
 }
 
-type OnDone = Box<dyn FnOnce(Captured) + Send>;
-
-/// A body that passes every frame through and keeps a reference to each data chunk; when it is
-/// dropped (after its end, or cut short) it hands what it saw to `on_done`.
-pub(crate) struct Tap<B: Body> {
-    inner: B,
-    captured: Captured,
-    /// The body ended in an error (a reset, a broken connection): never complete.
-    errored: bool,
-    limit: usize,
-    on_done: Option<OnDone>,
+/// What a body passing through the proxy shows whoever watches it on the way.
+pub(crate) trait Watch {
+    /// A data chunk, as it passes.
+    fn data(&mut self, data: &Bytes);
+    /// The trailers, as they pass.
+    fn trailers(&mut self, trailers: &HeaderMap);
+    /// The body is dropped; `ended` says whether it reached its end (rather than being cut by
+    /// an error or a reset).
+    fn done(&mut self, ended: bool);
 }
 
-impl<B: Body> Tap<B> {
-    pub(crate) fn new(
-        inner: B,
-        limit: usize,
-        on_done: impl FnOnce(Captured) + Send + 'static,
-    ) -> Self {
+/// A body passed through frame by frame, unchanged, with `watch` shown each frame.
+pub(crate) struct Watched<B: Body, W: Watch> {
+    inner: B,
+    watch: W,
+    /// The body ended in an error (a reset, a broken connection): never complete.
+    errored: bool,
+    finished: bool,
+}
+
+impl<B: Body, W: Watch> Watched<B, W> {
+    pub(crate) fn around(inner: B, watch: W) -> Self {
         Self {
             inner,
-            captured: Captured::default(),
+            watch,
             errored: false,
-            limit,
-            on_done: Some(Box::new(on_done)),
+            finished: false,
         }
     }
 }
 
-impl<B> Body for Tap<B>
+impl<B, W> Body for Watched<B, W>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
+    W: Watch + Unpin,
 {
     type Data = Bytes;
     type Error = BoxError;
@@ -710,20 +713,10 @@ where
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                let c = &mut this.captured;
                 if let Some(data) = frame.data_ref() {
-                    c.len += data.len();
-                    if c.len > this.limit {
-                        // Not logged now, but a request's first bytes still tell whether it
-                        // names itself (see `Exchange::peek_request_id`).
-                        extend_head(&mut c.head, c.chunks.iter().chain([data]));
-                        c.overflow = true;
-                        c.chunks.clear();
-                    } else if !c.overflow {
-                        c.chunks.push(data.clone());
-                    }
+                    this.watch.data(data);
                 } else if let Some(trailers) = frame.trailers_ref() {
-                    c.trailers = Some(trailers.clone());
+                    this.watch.trailers(trailers);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -732,7 +725,7 @@ where
                 Poll::Ready(Some(Err(err.into())))
             }
             Poll::Ready(None) => {
-                this.captured.complete = !this.errored;
+                this.finished = true;
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,
@@ -748,14 +741,67 @@ where
     }
 }
 
-impl<B: Body> Drop for Tap<B> {
+impl<B: Body, W: Watch> Drop for Watched<B, W> {
     fn drop(&mut self) {
         // hyper may stop polling once the body says it has ended, without asking for the final
         // `None`: the end of stream is as good as that. But an h2 body that was reset also says
         // it has ended; the error it returned tells the two apart.
-        if self.inner.is_end_stream() && !self.errored {
-            self.captured.complete = true;
+        let ended = !self.errored && (self.finished || self.inner.is_end_stream());
+        self.watch.done(ended);
+    }
+}
+
+type OnDone = Box<dyn FnOnce(Captured) + Send>;
+
+/// Keeps a reference to each data chunk of a body; when the body is dropped (after its end, or
+/// cut short) hands what it saw to `on_done`.
+pub(crate) struct Capture {
+    captured: Captured,
+    limit: usize,
+    on_done: Option<OnDone>,
+}
+
+/// A body passed through with its chunks captured (see [`Capture`]).
+pub(crate) type Tap<B> = Watched<B, Capture>;
+
+impl<B: Body> Tap<B> {
+    pub(crate) fn new(
+        inner: B,
+        limit: usize,
+        on_done: impl FnOnce(Captured) + Send + 'static,
+    ) -> Self {
+        Watched::around(
+            inner,
+            Capture {
+                captured: Captured::default(),
+                limit,
+                on_done: Some(Box::new(on_done)),
+            },
+        )
+    }
+}
+
+impl Watch for Capture {
+    fn data(&mut self, data: &Bytes) {
+        let c = &mut self.captured;
+        c.len += data.len();
+        if c.len > self.limit {
+            // Not logged now, but a request's first bytes still tell whether it names itself
+            // (see `Exchange::peek_request_id`).
+            extend_head(&mut c.head, c.chunks.iter().chain([data]));
+            c.overflow = true;
+            c.chunks.clear();
+        } else if !c.overflow {
+            c.chunks.push(data.clone());
         }
+    }
+
+    fn trailers(&mut self, trailers: &HeaderMap) {
+        self.captured.trailers = Some(trailers.clone());
+    }
+
+    fn done(&mut self, ended: bool) {
+        self.captured.complete = ended;
         if let Some(on_done) = self.on_done.take() {
             on_done(std::mem::take(&mut self.captured));
         }

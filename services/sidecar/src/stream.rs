@@ -13,16 +13,14 @@
 //! [`MAX_WAITING`] others, is counted as `incomplete_call`.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::{Buf, Bytes};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 
 use crate::metrics::Metrics;
-use crate::proxy::BoxError;
+use crate::proxy::{Watch, Watched};
 use crate::publisher::{CapturedCall, Publisher, unframe};
 
 /// Requests of one stream waiting for their responses, at most: past it the oldest is given up.
@@ -93,10 +91,9 @@ impl Splitter {
 type OnMessage = Box<dyn FnMut(Message) + Send>;
 type OnEnd = Box<dyn FnOnce(Option<&http::HeaderMap>) + Send>;
 
-/// A body that passes every frame through and hands each whole message to `on_message` as it
-/// completes, then, when dropped, its trailers (if it ended with them) to `on_end`.
-pub(crate) struct Messages<B> {
-    inner: B,
+/// Hands each whole message of a passing body to `on_message` as it completes, then, when the
+/// body is dropped, its trailers (if it ended with them) to `on_end`.
+pub(crate) struct Cut {
     splitter: Splitter,
     limit: usize,
     on_message: OnMessage,
@@ -104,64 +101,39 @@ pub(crate) struct Messages<B> {
     trailers: Option<http::HeaderMap>,
 }
 
-impl<B> Messages<B> {
-    pub(crate) fn new(
-        inner: B,
-        limit: usize,
-        on_message: impl FnMut(Message) + Send + 'static,
-        on_end: impl FnOnce(Option<&http::HeaderMap>) + Send + 'static,
-    ) -> Self {
-        Self {
-            inner,
+/// A body passed through with its messages cut out on the way (see [`Cut`]).
+pub(crate) type Messages<B> = Watched<B, Cut>;
+
+/// `body` passed through, its messages handed to `on_message` and its end to `on_end`.
+pub(crate) fn messages<B: Body>(
+    body: B,
+    limit: usize,
+    on_message: impl FnMut(Message) + Send + 'static,
+    on_end: impl FnOnce(Option<&http::HeaderMap>) + Send + 'static,
+) -> Messages<B> {
+    Watched::around(
+        body,
+        Cut {
             splitter: Splitter::default(),
             limit,
             on_message: Box::new(on_message),
             on_end: Some(Box::new(on_end)),
             trailers: None,
-        }
-    }
+        },
+    )
 }
 
-impl<B> Body for Messages<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.splitter
-                        .feed(data, this.limit, &mut |m| (this.on_message)(m));
-                } else if let Some(trailers) = frame.trailers_ref() {
-                    this.trailers = Some(trailers.clone());
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err.into()))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+impl Watch for Cut {
+    fn data(&mut self, data: &Bytes) {
+        let on_message = &mut self.on_message;
+        self.splitter.feed(data, self.limit, &mut |m| on_message(m));
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+    fn trailers(&mut self, trailers: &http::HeaderMap) {
+        self.trailers = Some(trailers.clone());
     }
 
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl<B> Drop for Messages<B> {
-    fn drop(&mut self) {
+    fn done(&mut self, _ended: bool) {
         if let Some(on_end) = self.on_end.take() {
             on_end(self.trailers.as_ref());
         }
