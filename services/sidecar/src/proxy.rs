@@ -458,14 +458,20 @@ impl Exchange {
     }
 }
 
-/// The `id` of an uncompressed ModelInferRequest in `chunks` (the message alone, no prefix),
-/// read in place; `None` if it does not decode.
-pub(crate) fn id_in_chunks(chunks: &[Bytes]) -> Option<String> {
-    match request_id(&mut ChunksBuf::new(chunks)) {
+/// The `id` of an uncompressed ModelInferRequest in `chunks` after their first `skip` bytes
+/// (a gRPC prefix), read in place; `None` if it does not decode.
+pub(crate) fn id_in_chunks(chunks: &[Bytes], skip: usize) -> Option<String> {
+    let mut buf = ChunksBuf::new(chunks);
+    if buf.remaining() < skip {
+        return None;
+    }
+    buf.advance(skip);
+    match request_id(&mut buf) {
         Ok(id) => Some(id),
-        Err(Unusual) => RequestHead::decode(chunks.concat().as_slice())
-            .ok()
-            .map(|h| h.id),
+        Err(Unusual) => {
+            let message = chunks.concat();
+            RequestHead::decode(message.get(skip..)?).ok().map(|h| h.id)
+        }
     }
 }
 

@@ -23,11 +23,13 @@ use crate::metrics::Metrics;
 use crate::proxy::{Watch, Watched};
 use crate::publisher::{CapturedCall, Publisher, unframe};
 
-/// Requests of one stream waiting for their responses, at most: past it the oldest is given up.
+/// Requests of one stream waiting for their responses, at most: past it (or past
+/// `publish.max-message-bytes` of them, the bound of one unary call's bodies) the oldest is
+/// given up.
 pub(crate) const MAX_WAITING: usize = 1024;
 
-/// One gRPC message as it passed: its 5-byte prefix (a chunk of its own) and its bytes, in the
-/// chunks they arrived in; or one past the size limit, which is not kept.
+/// One gRPC message as it passed: its 5-byte prefix and its bytes, in the chunks they arrived
+/// in; or one past the size limit, which is not kept.
 #[derive(Debug)]
 pub(crate) enum Message {
     Whole(Vec<Bytes>),
@@ -191,7 +193,7 @@ impl StreamLog {
         };
         // Uncompressed (nearly always): read in place on the call's path, without a copy.
         let id = if request.first().and_then(|p| p.first()) == Some(&0) {
-            crate::proxy::id_in_chunks(request.get(1..).unwrap_or_default())
+            crate::proxy::id_in_chunks(&request, 5)
         } else {
             match unframe(
                 request.clone(),
@@ -215,8 +217,15 @@ impl StreamLog {
         let Ok(mut waiting) = self.waiting.lock() else {
             return;
         };
-        if waiting.len() >= MAX_WAITING {
-            waiting.pop_front();
+        // A decoupled model may leave requests unanswered for the life of the stream: what
+        // waits is bounded, as one unary call's bodies are.
+        let size = |w: &Waiting| w.request.iter().map(Bytes::len).sum::<usize>();
+        let bytes = request.iter().map(Bytes::len).sum::<usize>();
+        let mut held = waiting.iter().map(size).sum::<usize>();
+        while !waiting.is_empty() && (waiting.len() >= MAX_WAITING || held + bytes > self.limit) {
+            if let Some(oldest) = waiting.pop_front() {
+                held -= size(&oldest);
+            }
             self.metrics.drop_call("incomplete_call");
         }
         waiting.push_back(Waiting {
@@ -378,6 +387,69 @@ mod tests {
             expected[2] = Err(());
             assert_eq!(split(&body, step, 100), expected, "step {step}");
         }
+    }
+
+    /// A request message with `id` and `pad` bytes of parameters, framed.
+    fn request(id: &str, pad: usize) -> Message {
+        use featurelog_schemas::inference::ModelInferRequest;
+        use prost::Message as _;
+        let message = ModelInferRequest {
+            id: id.into(),
+            model_name: "ranker".into(),
+            model_version: "x".repeat(pad),
+            ..Default::default()
+        };
+        Message::Whole(vec![Bytes::from(framed(&message.encode_to_vec()))])
+    }
+
+    #[tokio::test]
+    async fn what_waits_for_an_answer_is_bounded_and_counted_when_given_up() {
+        use crate::allowlist::AllowListHandle;
+        use featurelog_kafka::KafkaConfig;
+        use tokio_util::sync::CancellationToken;
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("allow-list.toml");
+        std::fs::write(&list, "[[model]]\nname = \"ranker\"\nfeatures = [\"f\"]\n").unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let publisher = Publisher::start(
+            // Nothing listens there: nothing is produced, the pairing is what is tested.
+            &KafkaConfig::new("127.0.0.1:1"),
+            &crate::config::PublishConfig::default(),
+            AllowListHandle::load(&list).unwrap(),
+            metrics.clone(),
+            "test".into(),
+            CancellationToken::new(),
+        )
+        .unwrap();
+        let dropped = |reason| {
+            metrics
+                .dropped
+                .get_or_create(&crate::metrics::Reason { reason })
+                .get()
+        };
+        let log = StreamLog::new(Arc::new(publisher), metrics.clone(), Vec::new(), None, 1000);
+        log.request(request("", 0));
+        assert_eq!(dropped("no_request_id"), 1);
+        // By bytes: each of these is ~420 bytes, and 1000 hold two.
+        for id in ["a", "b", "c"] {
+            log.request(request(id, 400));
+        }
+        assert_eq!(dropped("incomplete_call"), 1, "the oldest, a, was given up");
+        // By count.
+        let log = StreamLog::new(
+            log.publisher.clone(),
+            metrics.clone(),
+            Vec::new(),
+            None,
+            1 << 30,
+        );
+        for i in 0..MAX_WAITING + 5 {
+            log.request(request(&format!("r{i}"), 0));
+        }
+        assert_eq!(dropped("incomplete_call"), 6);
+        // The stream ends with the rest unanswered: each counted once.
+        log.end();
+        assert_eq!(dropped("incomplete_call"), 6 + MAX_WAITING as u64);
     }
 
     #[test]
