@@ -7,11 +7,14 @@
 //! With `--protocol rest-json` or `rest-binary` the same tensors go through the sidecar's REST
 //! port instead (JSON `data`, or the binary tensor data extension as `tritonclient.http`
 //! sends), to a REST model server in this process that answers every call with the same
-//! scores; `direct` then calls that server.
+//! scores; `direct` then calls that server. With `--protocol grpc-stream` the same requests go
+//! over one ModelStreamInfer stream per scenario (Triton's streaming extension, as tritonclient's
+//! stream API sends them), pipelined, each answered by id.
 //!
 //! Run with `bench/sidecar.sh` (builds release binaries first).
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -71,6 +74,8 @@ struct Args {
 enum Protocol {
     /// ModelInfer over gRPC.
     Grpc,
+    /// The same requests over one ModelStreamInfer stream.
+    GrpcStream,
     /// POST /v2/models/ranker/infer with JSON `data`.
     RestJson,
     /// The same with the binary tensor data extension.
@@ -171,13 +176,54 @@ type RestClient = hyper_util::client::legacy::Client<
     http_body_util::Full<bytes::Bytes>,
 >;
 
-/// What the load calls: a gRPC client with its requests, or a REST client with its bodies.
+/// One ModelStreamInfer stream that calls are pipelined on: a request is sent, and the answer
+/// carrying its id completes it.
+#[derive(Clone)]
+struct Stream {
+    tx: tokio::sync::mpsc::Sender<ModelInferRequest>,
+    waiting: Arc<std::sync::Mutex<HashMap<String, tokio::sync::oneshot::Sender<bool>>>>,
+    templates: Arc<Vec<ModelInferRequest>>,
+}
+
+impl Stream {
+    async fn open(
+        mut client: GrpcInferenceServiceClient<Channel>,
+        templates: Arc<Vec<ModelInferRequest>>,
+    ) -> anyhow::Result<Self> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let mut answers = client
+            .model_stream_infer(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let waiting: Arc<std::sync::Mutex<HashMap<String, tokio::sync::oneshot::Sender<bool>>>> =
+            Arc::default();
+        let done = waiting.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(answer)) = answers.message().await {
+                let ok = answer.error_message.is_empty();
+                let id = answer.infer_response.map(|r| r.id).unwrap_or_default();
+                if let Some(call) = done.lock().unwrap().remove(&id) {
+                    let _ = call.send(ok);
+                }
+            }
+        });
+        Ok(Self {
+            tx,
+            waiting,
+            templates,
+        })
+    }
+}
+
+/// What the load calls: a gRPC client with its requests, a stream, or a REST client with its
+/// bodies.
 #[derive(Clone)]
 enum Target {
     Grpc(
         GrpcInferenceServiceClient<Channel>,
         Arc<Vec<ModelInferRequest>>,
     ),
+    Stream(Stream),
     Rest(
         RestClient,
         SocketAddr,
@@ -192,6 +238,13 @@ impl Target {
                 let mut request = templates[i % templates.len()].clone();
                 request.id = id;
                 client.model_infer(request).await.is_ok()
+            }
+            Target::Stream(stream) => {
+                let mut request = stream.templates[i % stream.templates.len()].clone();
+                let (done, answered) = tokio::sync::oneshot::channel();
+                stream.waiting.lock().unwrap().insert(id.clone(), done);
+                request.id = id;
+                stream.tx.send(request).await.is_ok() && answered.await.unwrap_or(false)
             }
             Target::Rest(client, addr, bodies) => {
                 use http_body_util::BodyExt;
@@ -423,6 +476,9 @@ async fn measure(
             rest,
             bodies.clone(),
         ),
+        None if args.protocol == Protocol::GrpcStream => {
+            Target::Stream(Stream::open(client, template.clone()).await?)
+        }
         None => Target::Grpc(client, template.clone()),
     };
     load(&target, args.rate, args.warmup, &format!("{label}-warm")).await;
@@ -541,7 +597,7 @@ async fn main() -> anyhow::Result<()> {
     let template = requests(&args, 64);
     let request_bytes = template[0].encoded_len();
     let rest_upstream = match args.protocol {
-        Protocol::Grpc => None,
+        Protocol::Grpc | Protocol::GrpcStream => None,
         _ => Some(canned_rest_server(args.candidates).await?),
     };
     let bodies = Arc::new(rest_bodies(
@@ -691,7 +747,7 @@ async fn main() -> anyhow::Result<()> {
         lat(2, &|r| r.p50_ms) - lat(0, &|r| r.p50_ms),
         lat(2, &|r| r.p99_ms) - lat(0, &|r| r.p99_ms),
     );
-    let body = if args.protocol == Protocol::Grpc {
+    let body = if matches!(args.protocol, Protocol::Grpc | Protocol::GrpcStream) {
         "gRPC"
     } else {
         "HTTP"
