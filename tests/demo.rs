@@ -155,6 +155,10 @@ fn check(out: &Path, stdout: &str) {
         ["user_locale", "user_device", "item_popularity"],
         "{stdout}"
     );
+    // Nothing else fails: the joiner's own columns (labels, parameters, ...) are not features
+    // the offline table lacks.
+    assert!(!stdout.contains("missing offline"), "{stdout}");
+    assert!(!stdout.contains("fail-on-missing"), "{stdout}");
     assert!(stdout.contains(&format!("{} rows", want.len())), "{stdout}");
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("user_locale"));

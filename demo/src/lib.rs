@@ -457,6 +457,7 @@ pub async fn run(
         "conversions",
         "output_score",
         "labels",
+        "parameters",
         "dt",
         "hr",
     ]

@@ -15,7 +15,7 @@ use crate::{DiffError, DiffOptions};
 /// Columns the joiner writes next to the features (docs/JOINER.md): labels and serving
 /// metadata that an offline pipeline rarely has. Like hive partition columns they are compared
 /// when both sides have them and not reported as missing or extra otherwise.
-pub const CONTEXT_COLUMNS: [&str; 8] = [
+pub const CONTEXT_COLUMNS: [&str; 9] = [
     "model_name",
     "model_version",
     "served_at",
@@ -24,6 +24,7 @@ pub const CONTEXT_COLUMNS: [&str; 8] = [
     "clicks",
     "conversions",
     "labels",
+    "parameters",
 ];
 
 /// One compared feature.
