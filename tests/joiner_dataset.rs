@@ -275,4 +275,43 @@ fn a_feature_that_changes_type_never_gives_one_name_two_types_across_files() {
             ),
         ]
     );
+
+    // The diff tool takes the variant as part of its feature: against an offline table that
+    // has one `item_price`, every row is compared, none missing, no skew.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let offline = elsewhere.path().join("offline.csv");
+    std::fs::write(
+        &offline,
+        "request_id,item_id,item_price,user_locale\nr1,b,3.5,en-US\nr2,b,1.5,jp_JA\n",
+    )
+    .unwrap();
+    let mut options = featurelog_diff::DiffOptions::new(
+        dir.path(),
+        &offline,
+        vec!["request_id".into(), "item_id".into()],
+    );
+    options.ignore = vec!["item_embedding".into()];
+    let report = featurelog_diff::run(&options).unwrap();
+    assert!(
+        report.schema.missing_in_offline.is_empty(),
+        "{:?}",
+        report.schema
+    );
+    assert_eq!(report.schema.merged.len(), 1, "{:?}", report.schema);
+    assert_eq!(report.schema.merged[0].served, "item_price__FP32");
+    let price = report
+        .features
+        .iter()
+        .find(|f| f.name == "item_price")
+        .unwrap();
+    assert_eq!(
+        (price.compared, price.mismatches, price.null_served_only),
+        (2, 0, 0)
+    );
+    assert_eq!(
+        report.verdict,
+        featurelog_diff::Verdict::Pass,
+        "{:?}",
+        report.violations
+    );
 }

@@ -110,10 +110,12 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
     let units = served.units();
     let next = AtomicUsize::new(0);
     let failure: Mutex<Option<DiffError>> = Mutex::new(None);
+    // Keys, features, then the features' type variants (read to fill their feature's nulls).
     let columns: Vec<String> = plan
         .served_keys
         .iter()
         .chain(plan.features.iter().map(|f| &f.name))
+        .chain(plan.features.iter().flat_map(|f| &f.variants))
         .cloned()
         .collect();
     let workers: Vec<Worker> = std::thread::scope(|scope| {
@@ -480,6 +482,17 @@ fn probe_unit(
     w: &mut Worker,
 ) -> Result<(), DiffError> {
     let nk = plan.served_keys.len();
+    // Where each feature's variants are among `columns`.
+    let mut next_variant = nk + plan.features.len();
+    let variants: Vec<std::ops::Range<usize>> = plan
+        .features
+        .iter()
+        .map(|f| {
+            let at = next_variant;
+            next_variant += f.variants.len();
+            at..next_variant
+        })
+        .collect();
     // Matched rows of a batch: (served row, offline row, key hash).
     let mut pairs: Vec<(u32, u32, u64)> = Vec::with_capacity(crate::input::BATCH_ROWS);
     served.read(unit, columns, |batch| {
@@ -515,10 +528,17 @@ fn probe_unit(
             let Some(raw) = batch.columns().get(nk + k) else {
                 continue;
             };
-            let s = to_domain(raw, f.domain).map_err(|source| DiffError::Arrow {
-                path: served.root.join(&f.name),
-                source,
-            })?;
+            let arrow = |name: &str| {
+                let path = served.root.join(name);
+                move |source| DiffError::Arrow { path, source }
+            };
+            let mut s = to_domain(raw, f.domain).map_err(arrow(&f.name))?;
+            for (v, name) in variants[k].clone().zip(&f.variants) {
+                if let Some(variant) = batch.columns().get(v) {
+                    let variant = to_domain(variant, f.domain).map_err(arrow(name))?;
+                    s = s.or_else(&variant).map_err(arrow(name))?;
+                }
+            }
             let acc = &mut w.features[k];
             acc.rows += n as u64;
             acc.nulls += s.null_count() as u64;

@@ -35,6 +35,9 @@ pub(crate) struct Feature {
     pub(crate) served_type: String,
     pub(crate) offline_type: String,
     pub(crate) domain: Domain,
+    /// The joiner's type variants of this feature on the served side (`<name>__<DATATYPE>`),
+    /// whose values stand in where the feature's own column is null.
+    pub(crate) variants: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -65,6 +68,36 @@ pub(crate) fn key_names(opts: &DiffOptions) -> (Vec<String>, Vec<String>) {
         .map(|k| opts.renames.get(k).cloned().unwrap_or_else(|| k.clone()))
         .collect();
     (served, offline)
+}
+
+/// The feature a joiner type variant belongs to: `price` for `price__FP32`, `emb__FP32x64`,
+/// `locale__BYTES_binary` or `price__FP32_2` (docs/JOINER.md, "Column names").
+fn variant_of(name: &str) -> Option<&str> {
+    const TYPES: [&str; 14] = [
+        "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
+        "BF16", "FP32", "FP64", "BYTES",
+    ];
+    let (base, suffix) = name.rsplit_once("__")?;
+    let datatype = TYPES
+        .iter()
+        .filter(|t| suffix.starts_with(*t))
+        .max_by_key(|t| t.len())?;
+    let mut rest = &suffix[datatype.len()..];
+    while let Some(dims) = rest.strip_prefix('x') {
+        let digits = dims.len() - dims.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return None;
+        }
+        rest = &dims[digits..];
+    }
+    rest = rest.strip_prefix("_binary").unwrap_or(rest);
+    if let Some(n) = rest.strip_prefix('_') {
+        if n.is_empty() || !n.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        rest = "";
+    }
+    (rest.is_empty() && !base.is_empty()).then_some(base)
 }
 
 /// Lowercase with `-`, `.` and spaces as `_`: names equal under this differ only by case or
@@ -179,12 +212,42 @@ pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Resul
                     served_type: st,
                     offline_type: ot,
                     domain,
+                    variants: Vec::new(),
                 });
             }
             Err(_) if context(name, served) => schema.ignored.push(name.clone()),
             Err(_) => schema.missing_in_offline.push(name.clone()),
         }
     }
+    // The joiner's type variants of compared features are part of them, not columns the
+    // offline side lacks.
+    schema.missing_in_offline.retain(|m| {
+        let Some(base) = variant_of(m) else {
+            return true;
+        };
+        let Some(feature) = features.iter_mut().find(|f| f.name == base) else {
+            return true;
+        };
+        let (Ok(variant), Ok(offline)) = (
+            ss.field_with_name(m),
+            os.field_with_name(&feature.offline_name),
+        ) else {
+            return true;
+        };
+        // Merged values are scalars: a list variant stays a column of its own.
+        if !matches!(feature.domain, Domain::Number | Domain::Text)
+            || domain_of(variant.data_type(), offline.data_type()) != feature.domain
+            || not_comparable(variant.data_type(), offline.data_type(), feature.domain).is_some()
+        {
+            return true;
+        }
+        feature.variants.push(m.clone());
+        schema.merged.push(Rename {
+            served: m.clone(),
+            offline: feature.offline_name.clone(),
+        });
+        false
+    });
     for field in os.fields() {
         let name = field.name();
         if used_offline.contains(name) {
@@ -225,6 +288,25 @@ pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn joiner_type_variants_are_recognised_and_other_names_are_not() {
+        for (name, base) in [
+            ("price__FP32", Some("price")),
+            ("emb__FP32x64", Some("emb")),
+            ("grid__INT8x8x8", Some("grid")),
+            ("locale__BYTES_binary", Some("locale")),
+            ("price__FP64_2", Some("price")),
+            ("a__b__UINT16", Some("a__b")),
+            ("price__FP32x", None),
+            ("price__FLOAT", None),
+            ("price__FP32_", None),
+            ("__FP32", None),
+            ("price", None),
+        ] {
+            assert_eq!(variant_of(name), base, "{name}");
+        }
+    }
 
     #[test]
     fn loose_names() {

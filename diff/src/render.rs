@@ -167,6 +167,12 @@ fn schema_lines(r: &Report) -> Vec<String> {
             n.served, n.offline
         ));
     }
+    for n in &s.merged {
+        out.push(format!(
+            "type variant: {} served compared with {} offline, where the feature's own column is null",
+            n.served, n.offline
+        ));
+    }
     for n in &s.not_compared {
         out.push(format!(
             "not compared: {} is {} served, {} offline: {} (--ignore {} to leave it out)",

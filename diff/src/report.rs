@@ -168,6 +168,10 @@ pub struct SchemaReport {
     pub near_names: Vec<NearName>,
     /// Columns compared under another name offline (`--rename`).
     pub renamed: Vec<Rename>,
+    /// The joiner's type variants (`<name>__<DATATYPE>`, written when a feature arrived with
+    /// another type than its name holds in the dataset), compared as part of their feature:
+    /// `served` is the variant, `offline` the feature's offline column.
+    pub merged: Vec<Rename>,
     /// Columns not compared: `--ignore`, or context columns (joiner metadata, hive partitions)
     /// that only one side has.
     pub ignored: Vec<String>,

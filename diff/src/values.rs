@@ -283,6 +283,35 @@ pub(crate) fn to_domain(array: &ArrayRef, domain: Domain) -> Result<DArr, ArrowE
 }
 
 impl DArr {
+    /// This array with `other`'s values where this one is null (the same rows, the same
+    /// domain); lists are left as they are.
+    pub(crate) fn or_else(self, other: &DArr) -> Result<DArr, ArrowError> {
+        use arrow_array::cast::AsArray as _;
+        use arrow_array::types::Float64Type;
+        let mask = |nulls: Option<&arrow_buffer::NullBuffer>| {
+            nulls.map(|n| arrow_array::BooleanArray::new(!n.inner(), None))
+        };
+        Ok(match (self, other) {
+            (DArr::Num(a), DArr::Num(b)) => match mask(a.nulls()) {
+                Some(m) => DArr::Num(
+                    arrow_select::zip::zip(&m, b, &a)?
+                        .as_primitive::<Float64Type>()
+                        .clone(),
+                ),
+                None => DArr::Num(a),
+            },
+            (DArr::Text(a), DArr::Text(b)) => match mask(a.nulls()) {
+                Some(m) => DArr::Text(
+                    arrow_select::zip::zip(&m, b, &a)?
+                        .as_binary::<i32>()
+                        .clone(),
+                ),
+                None => DArr::Text(a),
+            },
+            (me, _) => me,
+        })
+    }
+
     pub(crate) fn len(&self) -> usize {
         match self {
             DArr::Num(a) => a.len(),
