@@ -346,13 +346,20 @@ pub async fn run(
              events-format = \"json\"\ndead-letter-topic = \"{dlq}\"\n\
              [input.json-fields]\nevent-id = \"event_id\"\n\
              [join]\nfeatures-wait = \"1m\"\nimpressions-wait = \"1m\"\nlabel-window = \"2s\"\n\
-             max-out-of-orderness = \"0s\"\nidle-timeout = \"1s\"\n\
+             max-out-of-orderness = \"0s\"\nidle-timeout = \"1s\"\n{held_logs}\
              [output]\npath = \"dataset\"\nflush-interval = \"1s\"\n\
              [metrics]\nlisten = \"127.0.0.1:0\"\n",
             group = topics.group,
             features = topics.features,
             events = topics.events,
             dlq = topics.dead_letter,
+            // The embedded broker answers no DescribeConfigs: asking it for the topic's
+            // retention (`auto`) only waited 10 s for a timeout before choosing this.
+            held_logs = if embedded.is_some() {
+                "held-logs = \"state-files\"\n"
+            } else {
+                ""
+            },
         ),
     )?;
     let join_config = featurelog_joiner::config::JoinerConfig::load(&join_toml)
