@@ -825,10 +825,8 @@ fn column_file(name: &str) -> String {
 /// names").
 impl ColumnRegistry for Dataset {
     fn claim(&self, name: &str, kind: &str) -> Result<String, ArrowError> {
-        let cached = |columns: &Arc<std::sync::Mutex<HashMap<String, String>>>| {
-            columns.lock().ok().and_then(|c| c.get(name).cloned())
-        };
-        if let Some(held) = cached(&self.columns) {
+        let cached = self.columns.lock().ok().and_then(|c| c.get(name).cloned());
+        if let Some(held) = cached {
             return Ok(held);
         }
         let external = |e: SinkError| ArrowError::ExternalError(Box::new(e));
