@@ -74,17 +74,7 @@ fn expected(run: &str) -> BTreeMap<(String, String), (u64, i64, bool)> {
 }
 
 fn check(out: &Path, stdout: &str) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
-    let read = Command::new("python3")
-        .args([script, out.join("dataset").to_str().unwrap()])
-        .output()
-        .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)");
-    assert!(
-        read.status.success(),
-        "{}",
-        String::from_utf8_lossy(&read.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let read = featurelog_testkit::python_json("read_dataset.py", &[out.join("dataset")], &[]);
     let rows = read["rows"].as_array().unwrap();
     assert!(!rows.is_empty(), "no rows:\n{stdout}");
     let first_id = rows[0]["request_id"].as_str().unwrap();

@@ -642,17 +642,7 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     assert_eq!(dead[0].payload, b"{not json");
 
     // And an independent reader agrees.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
-    let out_py = Command::new("python3")
-        .args([script, out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out_py.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out_py.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&out_py.stdout).unwrap();
+    let read = featurelog_testkit::python_json("read_dataset.py", &[&out], &[]);
     assert_eq!(read["rows"].as_array().unwrap().len(), s.expected.len());
     // The request parameter the allow list logs is in every row.
     for row in read["rows"].as_array().unwrap() {
@@ -1386,7 +1376,6 @@ async fn on_s3_the_joiner_writes_exactly_the_expected_rows_and_pyarrow_reads_the
     }
 
     // pyarrow, with its own S3 client, reads the same rows.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
     let endpoint = s3.endpoint.split_once("://").unwrap();
     let uri = format!(
         "{}?endpoint_override={}&scheme={}&region=us-east-1",
@@ -1394,17 +1383,7 @@ async fn on_s3_the_joiner_writes_exactly_the_expected_rows_and_pyarrow_reads_the
         endpoint.1,
         endpoint.0
     );
-    let out_py = Command::new("python3")
-        .args([script, &uri])
-        .envs(s3.aws_env())
-        .output()
-        .unwrap();
-    assert!(
-        out_py.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out_py.stderr)
-    );
-    let read: serde_json::Value = serde_json::from_slice(&out_py.stdout).unwrap();
+    let read = featurelog_testkit::python_json("read_dataset.py", &[&uri], &s3.aws_env());
     let rows = read["rows"].as_array().unwrap();
     let got: BTreeMap<(String, String), u32> = rows
         .iter()

@@ -66,17 +66,7 @@ fn log(request: &str, served_us: i64, items: &[&str], locale: &str) -> FeatureLo
 
 /// The dataset as pyarrow reads it, every file's schema unified (tests/clients/read_dataset.py).
 fn read_with_pyarrow(dir: &std::path::Path) -> serde_json::Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/read_dataset.py");
-    let out = std::process::Command::new("python3")
-        .args([script, dir.to_str().unwrap()])
-        .output()
-        .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    featurelog_testkit::python_json("read_dataset.py", &[dir], &[])
 }
 
 /// Stages and commits `rows` as `task`'s `epoch` (what a joiner's flush does).

@@ -291,24 +291,9 @@ async fn official_client_through_the_sidecar(client: &str, script: &str, args: &
     let config = sidecar_config(dir.path(), model_addr, Some(&kafka.config), &topic, ALLOW);
     let sidecar = sidecar(config).await;
 
-    let script = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
-    let (sidecar_addr, model) = (sidecar.local_addr.to_string(), model_addr.to_string());
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .args([script.as_str(), &sidecar_addr, &model])
-            .args(&args)
-            .output()
-            .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)")
-    })
-    .await
-    .unwrap();
-    assert!(
-        output.status.success(),
-        "{client} through the sidecar failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let sent: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut argv = vec![sidecar.local_addr.to_string(), model_addr.to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let sent = featurelog_testkit::python_json_async(script, argv).await;
 
     sidecar.stop();
     assert_eq!(sidecar.wait().await, 0);

@@ -100,22 +100,8 @@ async fn rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact() {
     let sidecar = sidecar(config).await;
     let rest_addr = sidecar.rest_addr.expect("the REST port is bound");
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/rest_infer.py");
-    let (via, direct) = (rest_addr.to_string(), kserve.addr.to_string());
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .args([script, &via, &direct])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        output.status.success(),
-        "REST clients through the sidecar:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let sent: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let argv = vec![rest_addr.to_string(), kserve.addr.to_string()];
+    let sent = featurelog_testkit::python_json_async("rest_infer.py", argv).await;
     let calls = sent["calls"].as_array().unwrap();
     assert_eq!(calls.len(), 6);
 

@@ -185,3 +185,41 @@ impl TestKafka {
         consumer
     }
 }
+
+/// Runs the test client `tests/clients/<script>` with `python3`, `args` and `env`, and reads
+/// what it printed as JSON; a run that fails fails the test with its stderr.
+/// (`scripts/test.sh` installs `tests/requirements.txt`.)
+pub fn python_json<S: AsRef<std::ffi::OsStr>>(
+    script: &str,
+    args: &[S],
+    env: &[(&str, String)],
+) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/clients")
+        .join(script);
+    let out = std::process::Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("python3 runs (scripts/test.sh installs tests/requirements.txt)");
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script} printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// [`python_json`] from async code, off the runtime's threads.
+pub async fn python_json_async(script: &str, args: Vec<String>) -> serde_json::Value {
+    let script = script.to_owned();
+    tokio::task::spawn_blocking(move || python_json(&script, &args, &[]))
+        .await
+        .expect("the python client's thread")
+}

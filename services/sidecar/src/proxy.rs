@@ -152,23 +152,18 @@ impl Proxy {
                 .and_then(status_of)
                 .or(headers_status)
                 .unwrap_or("error");
-            metrics.count_call("model_infer", status);
-            if status != "ok" {
-                return metrics.skip_call("call_failed");
-            }
-            let Some((request, response)) = both_bodies(&exchange.request, captured, &metrics)
-            else {
-                return;
-            };
-            publisher.submit(CapturedCall {
-                request,
-                response,
-                request_encoding,
-                response_encoding,
-                fallback_request_id: fallback_id,
-                served_at,
-                headers: logged_headers,
-                rest: None,
+            let how = ("model_infer", status, status == "ok");
+            exchange.finish(captured, &metrics, &publisher, how, |request, response| {
+                CapturedCall {
+                    request,
+                    response,
+                    request_encoding,
+                    response_encoding,
+                    fallback_request_id: fallback_id,
+                    served_at,
+                    headers: logged_headers,
+                    rest: None,
+                }
             });
         });
         let added = started.elapsed().saturating_sub(upstream_time);
@@ -305,28 +300,35 @@ pub(crate) fn connector(tls: rustls::ClientConfig, h2: bool) -> HttpsConnector<H
     }
 }
 
-/// Both bodies of a finished call, to be logged: the request's (left by its tap in `request`)
-/// and the response's. `None`, with the drop counted, when either did not complete or passed
-/// the size limit.
-pub(crate) fn both_bodies(
-    request: &Mutex<Option<Captured>>,
-    response: Captured,
-    metrics: &Metrics,
-) -> Option<(Vec<Bytes>, Vec<Bytes>)> {
-    let request = request.lock().ok().and_then(|mut r| r.take());
-    let Some(request) = request else {
-        metrics.drop_call("incomplete_call");
-        return None;
-    };
-    if !request.complete || !response.complete {
-        metrics.drop_call("incomplete_call");
-        return None;
+impl Exchange {
+    /// The end of a call whose response body was `response`: counts it as `method` with
+    /// `outcome` and, when it `succeeded` and both bodies are whole and within the size limit,
+    /// hands them to `publisher` as `call` makes them into a [`CapturedCall`]. Otherwise the
+    /// skip or drop is counted.
+    pub(crate) fn finish(
+        &self,
+        response: Captured,
+        metrics: &Metrics,
+        publisher: &Publisher,
+        (method, outcome, succeeded): (&'static str, &'static str, bool),
+        call: impl FnOnce(Vec<Bytes>, Vec<Bytes>) -> CapturedCall,
+    ) {
+        metrics.count_call(method, outcome);
+        if !succeeded {
+            return metrics.skip_call("call_failed");
+        }
+        let request = self.request.lock().ok().and_then(|mut r| r.take());
+        let Some(request) = request else {
+            return metrics.drop_call("incomplete_call");
+        };
+        if !request.complete || !response.complete {
+            return metrics.drop_call("incomplete_call");
+        }
+        if request.overflow || response.overflow {
+            return metrics.drop_call("too_large");
+        }
+        publisher.submit(call(request.chunks, response.chunks));
     }
-    if request.overflow || response.overflow {
-        metrics.drop_call("too_large");
-        return None;
-    }
-    Some((request.chunks, response.chunks))
 }
 
 pub(crate) fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {

@@ -610,20 +610,28 @@ pub(crate) fn inflate_http(
     Ok(Bytes::from(out))
 }
 
-/// Whether a call of `rule` with this id is logged: the allow list's sample, then what the
-/// adaptive controller lets through. Counts the ones that are not.
-fn admitted(shared: &Shared, rule: &crate::allowlist::ModelRule, request_id: &str) -> bool {
-    if !sampling::sampled(request_id, rule.sample_rate) {
+/// The id a call of `rule` is logged under (its own, else `fallback`), if it is logged: the
+/// allow list's sample, then what the adaptive controller lets through. Counts the ones that
+/// are not.
+fn admit(
+    shared: &Shared,
+    rule: &crate::allowlist::ModelRule,
+    own: String,
+    fallback: String,
+) -> Option<String> {
+    // The request's own id, else the one the proxy decided on (header or generated).
+    let request_id = if own.is_empty() { fallback } else { own };
+    if !sampling::sampled(&request_id, rule.sample_rate) {
         shared.metrics.skip_call("not_sampled");
-        return false;
+        return None;
     }
     let fraction = f64::from_bits(shared.fraction.load(Ordering::Relaxed));
     // A different hash input than sampling, so shedding does not select the same requests.
     if fraction < 1.0 && !sampling::sampled(&format!("shed:{request_id}"), fraction) {
         shared.metrics.drop_call("adaptive_shed");
-        return false;
+        return None;
     }
-    true
+    Some(request_id)
 }
 
 /// A REST call: its JSON (and binary data) read into the gRPC messages, then the same
@@ -670,14 +678,9 @@ fn publish_rest(
             return metrics.drop_call(err.reason());
         }
     };
-    let request_id = if request.id.is_empty() {
-        call.fallback_request_id
-    } else {
-        request.id.clone()
-    };
-    if !admitted(shared, rule, &request_id) {
+    let Some(request_id) = admit(shared, rule, request.id.clone(), call.fallback_request_id) else {
         return;
-    }
+    };
     let ctx = CallContext {
         request_id: &request_id,
         served_at: call.served_at,
@@ -781,14 +784,10 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     let Some(rule) = list.rule(&scanned.model_name, &scanned.model_version) else {
         return metrics.skip_call("not_allow_listed");
     };
-    let request_id = if scanned.id.is_empty() {
-        call.fallback_request_id
-    } else {
-        std::mem::take(&mut scanned.id)
-    };
-    if !admitted(shared, rule, &request_id) {
+    let own = std::mem::take(&mut scanned.id);
+    let Some(request_id) = admit(shared, rule, own, call.fallback_request_id) else {
         return;
-    }
+    };
     let ctx = CallContext {
         request_id: &request_id,
         served_at: call.served_at,

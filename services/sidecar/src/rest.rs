@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::proxy::{
-    BoxError, Captured, Connections, Exchange, ProxyBody, Tap, Upstream, both_bodies, connector,
-    header_str, id_or_generated,
+    BoxError, Captured, Connections, Exchange, ProxyBody, Tap, Upstream, connector, header_str,
+    id_or_generated,
 };
 use crate::publisher::{CapturedCall, Publisher, RestCall};
 use crate::rest_json::HEADER_LENGTH;
@@ -249,28 +249,23 @@ impl RestProxy {
             } else {
                 "error"
             };
-            metrics.count_call("rest_infer", outcome);
-            if !ok {
-                return metrics.skip_call("call_failed");
-            }
-            let Some((request, response)) = both_bodies(&exchange.request, captured, &metrics)
-            else {
-                return;
-            };
-            publisher.submit(CapturedCall {
-                request,
-                response,
-                request_encoding,
-                response_encoding,
-                fallback_request_id: fallback_id,
-                served_at,
-                headers: logged_headers,
-                rest: Some(RestCall {
-                    model,
-                    version,
-                    request_header_length,
-                    response_header_length,
-                }),
+            let how = ("rest_infer", outcome, ok);
+            exchange.finish(captured, &metrics, &publisher, how, |request, response| {
+                CapturedCall {
+                    request,
+                    response,
+                    request_encoding,
+                    response_encoding,
+                    fallback_request_id: fallback_id,
+                    served_at,
+                    headers: logged_headers,
+                    rest: Some(RestCall {
+                        model,
+                        version,
+                        request_header_length,
+                        response_header_length,
+                    }),
+                }
             });
         });
         let added = started.elapsed().saturating_sub(upstream_time);

@@ -221,6 +221,21 @@ fn split(body: &Bytes, header_length: Option<usize>) -> Result<(Bytes, Bytes), R
     }
 }
 
+/// A body's JSON part read as `T` through its [`outline`] (`what` names it in errors), with the
+/// JSON text (where the outline's spans point) and the binary part.
+fn parse<T: serde::de::DeserializeOwned>(
+    body: &Bytes,
+    header_length: Option<usize>,
+    what: &str,
+) -> Result<(T, Bytes, Bytes), RestBodyError> {
+    let (json, binary) = split(body, header_length)?;
+    let outlined =
+        outline(&json).ok_or_else(|| malformed(format!("{what} JSON: ends inside a value")))?;
+    let parsed =
+        serde_json::from_slice(&outlined).map_err(|e| malformed(format!("{what} JSON: {e}")))?;
+    Ok((parsed, json, binary))
+}
+
 /// The request's `id` (for the response's `x-request-id` decision), read from its JSON part
 /// only; `None` when it has none or the body is not the protocol's JSON.
 pub fn peek_id(body: &Bytes, header_length: Option<usize>) -> Option<String> {
@@ -229,9 +244,8 @@ pub fn peek_id(body: &Bytes, header_length: Option<usize>) -> Option<String> {
         #[serde(default)]
         id: Option<String>,
     }
-    let (json, _) = split(body, header_length).ok()?;
     // On the call's path: the tensors' data is stepped over, not parsed.
-    serde_json::from_slice::<Head>(&outline(&json)?).ok()?.id
+    parse::<Head>(body, header_length, "request").ok()?.0.id
 }
 
 /// Reads an inference request of `model` (and `version`, empty for none) from its body, with
@@ -244,10 +258,7 @@ pub fn request(
     version: &str,
     wanted: &dyn Fn(&str) -> bool,
 ) -> Result<ModelInferRequest, RestBodyError> {
-    let (json, binary) = split(body, header_length)?;
-    let outlined = outline(&json).ok_or_else(|| malformed("request JSON: ends inside a value"))?;
-    let parsed: RequestJson =
-        serde_json::from_slice(&outlined).map_err(|e| malformed(format!("request JSON: {e}")))?;
+    let (parsed, json, binary) = parse::<RequestJson>(body, header_length, "request")?;
     let (tensors, raw) = tensors(parsed.inputs, &json, binary, wanted)?;
     let inputs = tensors
         .into_iter()
@@ -284,10 +295,7 @@ pub fn response(
     header_length: Option<usize>,
     wanted: &dyn Fn(&str) -> bool,
 ) -> Result<ModelInferResponse, RestBodyError> {
-    let (json, binary) = split(body, header_length)?;
-    let outlined = outline(&json).ok_or_else(|| malformed("response JSON: ends inside a value"))?;
-    let parsed: ResponseJson =
-        serde_json::from_slice(&outlined).map_err(|e| malformed(format!("response JSON: {e}")))?;
+    let (parsed, json, binary) = parse::<ResponseJson>(body, header_length, "response")?;
     let (tensors, raw) = tensors(parsed.outputs.unwrap_or_default(), &json, binary, wanted)?;
     let outputs = tensors
         .into_iter()
