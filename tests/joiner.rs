@@ -1106,6 +1106,17 @@ async fn quiet_inputs_close_label_windows_and_complete_hours() {
     quiet_inputs(kafka, Quiet::Routed).await;
 }
 
+/// A dataset partitioned by model (`output.partition-by-model`): each model's rows under its
+/// own `model=` directory (its name escaped as hive readers decode it), each model's hours
+/// complete on their own, read back by pyarrow; the other layout is refused on that dataset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_by_model_each_model_gets_its_own_complete_hours() {
+    let Some(kafka) = kafka("partitioned_by_model_each_model_gets_its_own_complete_hours") else {
+        return;
+    };
+    quiet_inputs(kafka, Quiet::PartitionedByModel).await;
+}
+
 /// Apps that publish impressions and clicks to topics of their own, the clicks from another
 /// service as protobuf (`input.per-topic`): both are read (the router reads every events
 /// topic, each in its own encoding), the clicks fold into their impressions' rows, and an hour
@@ -1139,7 +1150,12 @@ enum Quiet {
     CoPartitionedInTransactions,
     /// Impressions to the events topic, clicks to another one: both routed.
     ClicksOnATopicOfTheirOwn,
+    /// Routed, from two models, into a dataset partitioned by model.
+    PartitionedByModel,
 }
+
+/// The second model of `Quiet::PartitionedByModel`: a name no path segment takes as it is.
+const SECOND_MODEL: &str = "ranker b/2";
 
 /// Produces events keyed by request id, murmur2-partitioned (co-partitioned with the feature
 /// logs), in one transaction, as an app with a transactional producer would.
@@ -1175,14 +1191,18 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
     let events = kafka.unique_topic("done-events", 1).await;
     let clicks = kafka.unique_topic("done-clicks", 2).await;
     let dead_letter = kafka.unique_topic("done-dlq", 1).await;
-    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let by_model = mode == Quiet::PartitionedByModel;
+    let (model_addr, _stop) = model_server(&["ranker", SECOND_MODEL]).await;
     let dir = temp_dir();
+    let allow = format!(
+        "{ALLOW}\n[[model]]\nname = \"{SECOND_MODEL}\"\nfeatures = [\"user_locale\", \"item_price\"]\ncandidate-ids-input = \"item_id\"\n"
+    );
     let sidecar = sidecar(sidecar_config(
         dir.path(),
         model_addr,
         Some(&kafka.config),
         &features,
-        ALLOW,
+        &allow,
     ))
     .await;
     let mut via = client(sidecar.local_addr).await;
@@ -1195,9 +1215,11 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
     let (mut app, mut app_clicks) = (Vec::new(), Vec::new());
     for seed in 0..4u32 {
         let id = format!("quiet-{seed}");
-        via.model_infer(ranker_request(&id, 3, 0, seed, false))
-            .await
-            .unwrap();
+        let mut request = ranker_request(&id, 3, 0, seed, false);
+        if by_model && seed >= 2 {
+            request.model_name = SECOND_MODEL.into();
+        }
+        via.model_infer(request).await.unwrap();
         let item = (1000 + seed * 10_000).to_string();
         app.push(app_event(&id, &item, t + 10, "impression"));
         // After the impression: it folds in because the row waits for the label window.
@@ -1276,6 +1298,11 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
     } else {
         text
     };
+    let text = if by_model {
+        text.replace("[output]\n", "[output]\npartition-by-model = true\n")
+    } else {
+        text
+    };
     std::fs::write(&config, text).unwrap();
     if co_partitioned_in_transactions {
         set_events_partitioning(&config, "by-request-id");
@@ -1297,11 +1324,62 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
         let (d, h) = s.trim().split_once(' ').unwrap();
         (d.to_owned(), h.to_owned())
     };
-    let marker = out.join(format!("dt={date}/hr={hour}/_SUCCESS"));
-    let complete =
-        featurelog_testkit::eventually(Duration::from_secs(60), || marker.exists()).await;
-    assert!(complete, "{} was not written", marker.display());
+    // Partitioned by model, each model's hour is complete on its own, under its directory.
+    let hours = if by_model {
+        vec![
+            format!("model=ranker/dt={date}/hr={hour}"),
+            format!("model=ranker%20b%2F2/dt={date}/hr={hour}"),
+        ]
+    } else {
+        vec![format!("dt={date}/hr={hour}")]
+    };
+    for hour in hours {
+        let marker = out.join(hour).join("_SUCCESS");
+        let complete =
+            featurelog_testkit::eventually(Duration::from_secs(60), || marker.exists()).await;
+        assert!(complete, "{} was not written", marker.display());
+    }
     assert!(joiner.terminate().success());
+    if by_model {
+        // pyarrow (as a training job reads the dataset) decodes each model's directory into
+        // its name: the `model` partition column is every row's `model_name`.
+        let read = featurelog_testkit::python_json("read_dataset.py", &[&out], &[]);
+        let rows = read["rows"].as_array().unwrap();
+        let models: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["model"].as_str().unwrap(),
+                    r["model_name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            models,
+            [
+                ("ranker", "ranker"),
+                ("ranker", "ranker"),
+                (SECOND_MODEL, SECOND_MODEL),
+                (SECOND_MODEL, SECOND_MODEL)
+            ],
+            "{read}"
+        );
+        // One model's training job reads its directory alone.
+        let second = featurelog_testkit::python_json(
+            "read_dataset.py",
+            &[&out.join("model=ranker%20b%2F2")],
+            &[],
+        );
+        assert_eq!(second["rows"].as_array().unwrap().len(), 2, "{second}");
+        // The layout is the dataset's: a joiner configured with the other one is refused.
+        let text = std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("partition-by-model = true", "partition-by-model = false");
+        std::fs::write(&config, text).unwrap();
+        let (code, stderr) = refused(&config).await;
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(stderr.contains("was written with true"), "{stderr}");
+    }
     if mode == Quiet::ClicksOnATopicOfTheirOwn {
         // The list numbers the watermark's sources in the checkpoints: reordered, the start is
         // refused with what to do.

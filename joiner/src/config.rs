@@ -300,6 +300,11 @@ pub struct OutputConfig {
     /// zstd level of the Parquet pages.
     #[serde(default = "default_zstd_level")]
     pub zstd_level: i32,
+    /// Rows go under `model=<model name>/dt=.../hr=...` instead of `dt=.../hr=...`, with an
+    /// hour's `_SUCCESS` marker per model, so that a model's training job reads (and waits
+    /// for) its own files only. Fixed for a dataset by its first joiner.
+    #[serde(default)]
+    pub partition_by_model: bool,
     /// How to reach the object store of an `s3://` path.
     #[serde(default)]
     pub object_store: Option<ObjectStoreConfig>,

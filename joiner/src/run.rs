@@ -65,6 +65,17 @@ pub enum JoinError {
         /// The list configured, joined by ", ".
         configured: String,
     },
+    /// `output.partition-by-model` is not the setting the dataset was written with.
+    #[error(
+        "output.partition-by-model is {}, but the dataset {path} was written with {recorded}: one dataset has one layout (its completeness markers, late area and every reader's paths follow it). Set `output.partition-by-model = {recorded}`, or write the other layout into a new `output.path` with a new `group`",
+        !recorded
+    )]
+    LayoutChanged {
+        /// The dataset.
+        path: String,
+        /// The setting it was written with.
+        recorded: bool,
+    },
     /// The repartition topic disagrees with the feature-log topic.
     #[error(
         "topic {topic:?} has {found} partitions but {features:?} has {expected}: if this group has never written a dataset, delete {topic:?} (the joiner recreates it); otherwise use another group"
@@ -234,6 +245,16 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
             return Err(JoinError::EventsTopicsChanged {
                 recorded: recorded.join(", "),
                 configured: configured.join(", "),
+            });
+        }
+    }
+    {
+        let handle = dataset.clone();
+        let recorded = start_up_io(move || Ok(handle.recorded_partition_by_model()?)).await?;
+        if recorded != config.output.partition_by_model {
+            return Err(JoinError::LayoutChanged {
+                path: dataset.root().display().to_string(),
+                recorded,
             });
         }
     }

@@ -27,7 +27,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use object_store::path::Path as ObjectPath;
+use object_store::path::{Path as ObjectPath, PathPart};
 use object_store::{ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPayload};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -177,6 +177,9 @@ pub struct SinkOptions {
     /// Checkpoints kept per task, the newest ones (at least 2); older ones are deleted after
     /// commits (docs/JOINER.md, "Checkpoint retention").
     pub checkpoints_kept: u64,
+    /// Rows go under `model=<model name>/` before `dt=.../hr=...`, so that a model's training
+    /// job reads its own files only (docs/JOINER.md, "Per-model partitions").
+    pub partition_by_model: bool,
 }
 
 /// Default of [`SinkOptions::checkpoints_kept`]: about 2.8 hours of 10 s flushes.
@@ -194,6 +197,7 @@ impl Default for SinkOptions {
             zstd_level: 3,
             max_file_rows: None,
             checkpoints_kept: DEFAULT_CHECKPOINTS_KEPT,
+            partition_by_model: false,
         }
     }
 }
@@ -224,9 +228,18 @@ struct Complete {
     /// there and probes the following epochs (commits number them consecutively), instead of
     /// listing the task's checkpoints.
     watermarks: HashMap<String, (u64, i64)>,
-    /// `dt=.../hr=...` with a marker, in days not yet complete as a whole.
+    /// Per directory above the hours: "" for the dataset's root, `model=.../` for each model
+    /// with `partition-by-model`.
+    parts: BTreeMap<String, Marks>,
+}
+
+/// What [`Dataset::mark_complete`] knows of the hours under one directory.
+#[derive(Debug, Default)]
+struct Marks {
+    /// `dt=.../hr=...` with a marker (prefixed by the directory), in days not yet complete as
+    /// a whole.
     hours: HashSet<String>,
-    /// `dt=...` whose every hour has a marker.
+    /// `dt=...` (prefixed) whose every hour has a marker.
     days: HashSet<String>,
     /// The first and the newest hour (epoch hours) with a directory seen by this process.
     span: Option<(i64, i64)>,
@@ -359,6 +372,39 @@ fn pending_name(visible: &str) -> String {
         None => format!(".{visible}.pending"),
     }
 }
+
+/// The partition directory of a model's rows (`partition-by-model`): `model=<name>` with every
+/// byte but ASCII letters, digits, `.`, `_` and `-` written `%XX`, which Spark, Hive, pyarrow
+/// and Polars decode back into the name, so that one directory is one model on every store and
+/// file system. An empty name is hive's null partition. A name whose escaped form would pass
+/// what a local file system takes in one segment is named by its SHA-256 instead (the rows
+/// still carry the name in `model_name`).
+pub fn model_dir(name: &str) -> String {
+    if name.is_empty() {
+        return format!("{MODEL_PARTITION}=__HIVE_DEFAULT_PARTITION__");
+    }
+    let mut value = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.' {
+            value.push(char::from(b));
+        } else {
+            value.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if value.len() > 200 {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(name.as_bytes());
+        value = digest.iter().fold(String::from("sha256."), |mut s, b| {
+            s.push_str(&format!("{b:02x}"));
+            s
+        });
+    }
+    format!("{MODEL_PARTITION}={value}")
+}
+
+/// The hive partition column of `partition-by-model` (not `model_name`, which every file holds:
+/// Spark refuses a partition column that is also a file column).
+pub const MODEL_PARTITION: &str = "model";
 
 /// Task names become file-name parts: anything but letters, digits, `-` and `_` becomes `_`.
 fn safe(task: &str) -> String {
@@ -591,14 +637,15 @@ struct Remote {
 
 impl Remote {
     fn key(&self, relative: &str) -> ObjectPath {
-        let relative = relative.trim_matches('/');
-        if self.prefix.is_empty() {
-            ObjectPath::from(relative)
-        } else if relative.is_empty() {
-            ObjectPath::from(self.prefix.as_str())
-        } else {
-            ObjectPath::from(format!("{}/{relative}", self.prefix))
-        }
+        // Our names are taken as they are: a model partition's hive escapes (`%2F`) must reach
+        // the store unchanged, as every hive reader decodes them once. object_store would
+        // escape their `%` again. Our names never hold what a store refuses; anything else is
+        // escaped by object_store, as the prefix from the config always was.
+        let parts = relative
+            .split('/')
+            .filter(|part| !part.is_empty())
+            .map(|part| PathPart::parse(part).unwrap_or_else(|_| PathPart::from(part)));
+        parts.fold(ObjectPath::from(self.prefix.as_str()), ObjectPath::join)
     }
 
     fn location(&self, key: &ObjectPath) -> String {
@@ -919,6 +966,7 @@ impl Dataset {
             zstd_level: output.zstd_level,
             max_file_rows: output.max_file_rows,
             checkpoints_kept: output.checkpoints_kept,
+            partition_by_model: output.partition_by_model,
         };
         let unsupported = |problem: String| SinkError::Unsupported {
             url: output.path.display().to_string(),
@@ -1036,21 +1084,35 @@ impl Dataset {
                 })
                 .div_euclid(HOUR_US)
         };
-        // Rows by hour. Usually a commit's rows are all of one hour: then they are written as
-        // they are, without a copy.
-        let mut grouped: BTreeMap<i64, Vec<Row>> = BTreeMap::new();
+        let by_model = self.options.partition_by_model;
+        // The model of a row, when the dataset is partitioned by model: rows of one model are
+        // one group (their names compared, not escaped, per row).
+        fn model(by_model: bool, row: &Row) -> Option<&str> {
+            by_model.then_some(row.features.model_name.as_str())
+        }
+        let model_of = |row| model(by_model, row);
+        // Rows by model and hour. Usually a commit's rows are all of one group: then they are
+        // written as they are, without a copy.
+        type Group<'a> = (Option<&'a str>, i64);
+        let mut grouped: BTreeMap<Group<'_>, Vec<Row>> = BTreeMap::new();
         let single = rows
             .first()
-            .map(hour_of)
-            .filter(|first| rows.iter().all(|r| hour_of(r) == *first));
+            .map(|r| (model_of(r), hour_of(r)))
+            .filter(|first| {
+                rows.iter()
+                    .all(|r| hour_of(r) == first.1 && model_of(r) == first.0)
+            });
         if single.is_none() {
             for row in rows {
-                grouped.entry(hour_of(row)).or_default().push(row.clone());
+                grouped
+                    .entry((model_of(row), hour_of(row)))
+                    .or_default()
+                    .push(row.clone());
             }
         }
-        let by_hour: Vec<(i64, &[Row])> = match single {
-            Some(hour) => vec![(hour, rows)],
-            None => grouped.iter().map(|(h, r)| (*h, r.as_slice())).collect(),
+        let groups: Vec<(Group<'_>, &[Row])> = match single {
+            Some(key) => vec![(key, rows)],
+            None => grouped.iter().map(|(k, r)| (*k, r.as_slice())).collect(),
         };
         let staging = self.storage.staging(task, epoch);
         let mut staged = Staged {
@@ -1059,9 +1121,12 @@ impl Dataset {
         };
         let per_file = self.options.max_file_rows.unwrap_or(usize::MAX).max(1);
         let mut n = 0usize;
-        for (hour, rows) in by_hour {
+        for ((model, hour), rows) in groups {
             let (dt, hr) = hour_partition(hour.saturating_mul(HOUR_US));
-            let hour_dir = format!("dt={dt}/hr={hr}");
+            let hour_dir = match model {
+                Some(model) => format!("{}/dt={dt}/hr={hr}", model_dir(model)),
+                None => format!("dt={dt}/hr={hr}"),
+            };
             let finished = hour.saturating_add(1).saturating_mul(HOUR_US) <= complete_before_us;
             let dir = if finished || self.storage.exists(&format!("{hour_dir}/{SUCCESS}"))? {
                 staged.late_rows += rows.len();
@@ -1104,6 +1169,45 @@ impl Dataset {
             .ok_or_else(|| SinkError::Checkpoint {
                 path: self.storage.describe(&name),
                 problem: "not a partition count record (`{\"partitions\": N}`)".into(),
+            })
+    }
+
+    /// Whether this dataset's rows are partitioned by model (`output.partition-by-model`), as
+    /// recorded by the first joiner that ran on it: the configured setting if none was. A
+    /// dataset written before the setting existed, with checkpoints and no record, was not.
+    /// The caller refuses to write a dataset in the other layout: its markers, its late area
+    /// and every reader's path would be split between two.
+    pub fn recorded_partition_by_model(&self) -> Result<bool, SinkError> {
+        let name = "_featurelog/layout.json";
+        let record = |by_model: bool| {
+            let columns: &[&str] = if by_model {
+                &[MODEL_PARTITION, "dt", "hr"]
+            } else {
+                &["dt", "hr"]
+            };
+            serde_json::json!({ "partition-columns": columns }).to_string()
+        };
+        if !self.storage.exists(name)? {
+            let written = !self
+                .storage
+                .children("_featurelog/checkpoints")?
+                .0
+                .is_empty();
+            let by_model = self.options.partition_by_model && !written;
+            if self.storage.create(name, record(by_model).into_bytes())? {
+                return Ok(by_model);
+            }
+        }
+        let text = self.storage.get(name)?;
+        serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| {
+                let columns = v.get("partition-columns")?.as_array()?;
+                Some(columns.first()?.as_str()? == MODEL_PARTITION)
+            })
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(name),
+                problem: "not a layout record (`{\"partition-columns\": [...]}`)".into(),
             })
     }
 
@@ -1216,13 +1320,56 @@ impl Dataset {
         }
         let complete_before = watermark.saturating_sub(lag_us);
         let mut marked = Vec::new();
-        // Hours with a directory in this listing, in epoch hours.
+        let dirs = if self.options.partition_by_model {
+            let prefix = format!("{MODEL_PARTITION}=");
+            let mut dirs: Vec<String> = (self.storage.children("")?.0.into_iter())
+                .filter(|d| d.starts_with(&prefix))
+                .map(|d| format!("{d}/"))
+                .collect();
+            // Models listed before whose listing failed to show now still get their gaps.
+            dirs.extend(known.parts.keys().cloned());
+            dirs.sort();
+            dirs.dedup();
+            dirs
+        } else {
+            vec![String::new()]
+        };
+        // Per directory, the hours with a directory in this listing, in epoch hours.
+        let mut listed = HashMap::new();
+        for dir in dirs {
+            let marks = known.parts.entry(dir.clone()).or_default();
+            let hours = self.mark_listed(&dir, marks, complete_before, &mut marked)?;
+            listed.insert(dir, hours);
+        }
+        // A model's hour without rows is complete once the dataset has rows in a later hour:
+        // its scheduler must not wait for traffic to the model itself to come back.
+        let newest = (known.parts.values())
+            .filter_map(|m| m.span.map(|(_, newest)| newest))
+            .max();
+        let none = HashSet::new();
+        for (dir, marks) in &mut known.parts {
+            let listed = listed.get(dir).unwrap_or(&none);
+            self.mark_gaps(dir, marks, listed, complete_before, newest, &mut marked)?;
+        }
+        Ok(marked)
+    }
+
+    /// Marks the complete hours listed under `dir` (see [`Dataset::mark_complete`]); returns
+    /// the hours listed, in epoch hours.
+    fn mark_listed(
+        &self,
+        dir: &str,
+        known: &mut Marks,
+        complete_before: i64,
+        marked: &mut Vec<String>,
+    ) -> Result<HashSet<i64>, SinkError> {
         let mut listed = HashSet::new();
-        for day_name in self.storage.children("")?.0 {
+        for day in self.storage.children(dir.trim_end_matches('/'))?.0 {
+            let day_name = format!("{dir}{day}");
             if known.days.contains(&day_name) {
                 continue;
             }
-            let Some(date) = day_name.strip_prefix("dt=") else {
+            let Some(date) = day.strip_prefix("dt=") else {
                 continue;
             };
             // Rows of a complete hour go to late/, so a day that has ended gets no new hours.
@@ -1262,20 +1409,22 @@ impl Dataset {
                 known.days.insert(day_name);
             }
         }
-        self.mark_gaps(&mut known, &listed, complete_before, &mut marked)?;
-        Ok(marked)
+        Ok(listed)
     }
 
-    /// Marks the complete hours without a directory of the dataset's span (see
-    /// [`Dataset::mark_complete`]); `listed` holds the hours with one in this call's listing.
+    /// Marks the complete hours without a directory under `dir`, from its first hour with rows
+    /// to `newest`, the dataset's newest hour with rows (see [`Dataset::mark_complete`]);
+    /// `listed` holds the hours with one in this call's listing.
     fn mark_gaps(
         &self,
-        known: &mut Complete,
+        dir: &str,
+        known: &mut Marks,
         listed: &HashSet<i64>,
         complete_before: i64,
+        newest: Option<i64>,
         marked: &mut Vec<String>,
     ) -> Result<(), SinkError> {
-        let Some((first, newest)) = known.span else {
+        let (Some((first, _)), Some(newest)) = (known.span, newest) else {
             return Ok(());
         };
         // Hours before `end` are complete and not after the newest hour with rows.
@@ -1292,7 +1441,7 @@ impl Dataset {
         let checked = (below.start.min(lo), above.end.max(hi));
         for hour in below.chain(above) {
             let (dt, hr) = hour_partition(hour.saturating_mul(HOUR_US));
-            let name = format!("dt={dt}/hr={hr}");
+            let name = format!("{dir}dt={dt}/hr={hr}");
             if listed.contains(&hour) || known.hours.contains(&name) {
                 continue;
             }
@@ -1506,9 +1655,13 @@ mod tests {
 
     /// Two rows of `request`, an hour apart from `hour_offset` on.
     fn rows_of(request: &str, hour_offset: i64) -> Vec<Row> {
+        model_rows("m", request, hour_offset)
+    }
+
+    fn model_rows(model: &str, request: &str, hour_offset: i64) -> Vec<Row> {
         let log = Arc::new(crate::log::ServedLog::from(FeatureLog {
             request_id: request.into(),
-            model_name: "m".into(),
+            model_name: model.into(),
             served_at: Some(prost_types::Timestamp {
                 seconds: 0,
                 nanos: 0,
@@ -2184,6 +2337,114 @@ mod tests {
         for file in &cp2.files {
             assert!(dir.path().join(file).exists(), "{file} not visible");
         }
+    }
+
+    #[test]
+    fn partitioned_by_model_each_model_has_its_own_hours_markers_and_late_area() {
+        const HOUR: i64 = 3_600_000_000;
+        let options = SinkOptions {
+            partition_by_model: true,
+            ..SinkOptions::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let local = Dataset::open(dir.path(), options.clone()).unwrap();
+        let (store, mut remote) = in_memory();
+        remote.options = options.clone();
+        for ds in [local, remote] {
+            let tasks = vec!["t-0".to_string()];
+            // The ranker has rows in hours 0-3, a model with a name no path takes as it is
+            // in hours 0-1, all in one commit.
+            let odd = "a/b c%";
+            let mut all = model_rows("ranker", "r1", 0);
+            all.extend(model_rows(odd, "r2", 0));
+            all.extend(model_rows("ranker", "r3", 2));
+            let staged = ds.stage("t-0", 1, &all, i64::MIN).unwrap();
+            assert_eq!(staged.late_rows, 0);
+            let mut dirs: Vec<&str> = staged
+                .files
+                .iter()
+                .map(|f| f.rsplit_once('/').unwrap().0)
+                .collect();
+            dirs.dedup();
+            assert_eq!(
+                dirs,
+                [
+                    "model=a%2Fb%20c%25/dt=1970-01-01/hr=00",
+                    "model=a%2Fb%20c%25/dt=1970-01-01/hr=01",
+                    "model=ranker/dt=1970-01-01/hr=00",
+                    "model=ranker/dt=1970-01-01/hr=01",
+                    "model=ranker/dt=1970-01-01/hr=02",
+                    "model=ranker/dt=1970-01-01/hr=03",
+                ]
+            );
+            let mut cp = committed("t-0", 1, &staged);
+            cp.watermark_us = 5 * HOUR;
+            ds.commit(&cp).unwrap();
+            ds.roll_forward(&cp).unwrap();
+            for file in &cp.files {
+                assert!(ds.storage.exists(file).unwrap(), "{file} not visible");
+            }
+            // Each model's complete hours, and the other model's hour 2 without rows (the
+            // dataset has rows in a later hour); hour 3 waits for a later hour with rows.
+            let mut marked = ds.mark_complete(&tasks, 0).unwrap();
+            marked.sort();
+            assert_eq!(
+                marked,
+                [
+                    "model=a%2Fb%20c%25/dt=1970-01-01/hr=00",
+                    "model=a%2Fb%20c%25/dt=1970-01-01/hr=01",
+                    "model=a%2Fb%20c%25/dt=1970-01-01/hr=02",
+                    "model=ranker/dt=1970-01-01/hr=00",
+                    "model=ranker/dt=1970-01-01/hr=01",
+                    "model=ranker/dt=1970-01-01/hr=02",
+                    "model=ranker/dt=1970-01-01/hr=03",
+                ]
+            );
+            assert!(ds.mark_complete(&tasks, 0).unwrap().is_empty());
+            // Rows of a complete hour go to the late area, under their model.
+            let late = ds
+                .stage("t-0", 2, &model_rows(odd, "r4", 0), cp.watermark_us)
+                .unwrap();
+            assert_eq!(late.late_rows, 2);
+            assert!(
+                late.files
+                    .iter()
+                    .all(|f| f.starts_with("late/model=a%2Fb%20c%25/dt=1970-01-01/hr=0")),
+                "{:?}",
+                late.files
+            );
+        }
+        // On the object store the escapes are the keys' own, as hive readers decode them.
+        assert!(
+            keys(&store)
+                .iter()
+                .any(|k| k.starts_with("ds/model=a%2Fb%20c%25/dt=1970-01-01/hr=00/part-")),
+            "{:?}",
+            keys(&store)
+        );
+    }
+
+    #[test]
+    fn a_dataset_keeps_the_layout_it_was_first_written_with() {
+        let by_model = SinkOptions {
+            partition_by_model: true,
+            ..SinkOptions::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let first = Dataset::open(dir.path(), by_model.clone()).unwrap();
+        assert!(first.recorded_partition_by_model().unwrap());
+        let other = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert!(other.recorded_partition_by_model().unwrap(), "recorded");
+        // A dataset written before the setting existed (checkpoints, no record) was by hour.
+        let old = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(old.path(), SinkOptions::default()).unwrap();
+        let staged = ds.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
+        ds.commit(&committed("t-0", 1, &staged)).unwrap();
+        let now = Dataset::open(old.path(), by_model).unwrap();
+        assert!(!now.recorded_partition_by_model().unwrap());
+        assert_eq!(model_dir(""), "model=__HIVE_DEFAULT_PARTITION__");
+        assert_eq!(model_dir("resnet-50_v1.2"), "model=resnet-50_v1.2");
+        assert!(model_dir(&"é".repeat(100)).starts_with("model=sha256."));
     }
 
     fn checkpoint_epochs_on_disk(ds: &Dataset, task: &str) -> Vec<u64> {
