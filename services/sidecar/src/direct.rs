@@ -932,6 +932,138 @@ mod tests {
         assert_eq!(cache.entries.len(), 1);
     }
 
+    /// What the model server reads of a logged feature: its raw contents, little-endian.
+    fn raw_of(record: &featurelog_schemas::featurelog::v1::Feature) -> Vec<u8> {
+        let v = record.values.clone().unwrap_or_default();
+        let mut out = Vec::new();
+        v.fp32_values
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes()));
+        v.fp64_values
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes()));
+        v.int32_values
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes()));
+        v.int64_values
+            .iter()
+            .for_each(|x| out.extend(x.to_le_bytes()));
+        out
+    }
+
+    /// Bytes of a request changed at random (a bit flip on the wire, a client's encoder bug, a
+    /// hostile caller): the sidecar never panics on them, its fast path logs exactly the
+    /// record the general path logs, and any record it logs holds the bytes the model server
+    /// reads from the same request (prost's decoding) for every logged feature.
+    #[test]
+    fn mutated_requests_never_panic_and_every_path_logs_what_the_model_server_reads() {
+        let req = request(&[
+            (
+                "item_id",
+                "INT64",
+                &[3],
+                TensorValues::Int64(vec![7, -1, 300]),
+            ),
+            ("price", "FP32", &[3], TensorValues::Fp32(floats(3, 0.25))),
+            ("age", "INT32", &[3, 1], TensorValues::Int32(vec![1, -2, 3])),
+            ("emb", "FP32", &[3, 2], TensorValues::Fp32(floats(6, 2.0))),
+            (
+                "ctx",
+                "FP64",
+                &[1, 2],
+                TensorValues::Fp64(vec![1e300, -0.5]),
+            ),
+        ]);
+        let good = req.encode_to_vec();
+        let rules = [
+            rule(&["price", "age", "emb", "ctx"], Some("item_id")),
+            rule(&["emb", "price"], None),
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut logged, mut checked) = (0, 0);
+        for _ in 0..20_000 {
+            let mut raw = good.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % raw.len() as u64) as usize;
+                match next() % 8 {
+                    // Mostly small changes to lengths, tags and counts, which move fields.
+                    0..=4 => raw[at] = raw[at].wrapping_add(1 + (next() % 3) as u8),
+                    5 => raw[at] = next() as u8,
+                    6 => raw.truncate(at),
+                    _ => raw.insert(at, next() as u8),
+                }
+                if raw.is_empty() {
+                    break;
+                }
+            }
+            let bytes = Bytes::from(raw.clone());
+            let server = ModelInferRequest::decode(&raw[..]).ok();
+            for r in &rules {
+                let Ok(scanned) = crate::lazy::scan(bytes.clone()) else {
+                    break;
+                };
+                let fast = encode(r, &scanned, ctx());
+                let general = crate::lazy::scan(bytes.clone())
+                    .and_then(|s| s.decode_for_rule(r))
+                    .ok()
+                    .and_then(|d| crate::extract::extract(r, &d, None, ctx()).ok());
+                let record = match (fast, general) {
+                    (Some((fast, rows)), Some(general)) => {
+                        let fast = FeatureLog::decode(&fast[..]).expect("valid protobuf");
+                        assert_eq!(fast.row_count, rows);
+                        assert_eq!(fast.encode_to_vec(), general.encode_to_vec(), "{raw:?}");
+                        general
+                    }
+                    (Some(_), None) => {
+                        panic!("fast path logged what the general path did not: {raw:?}")
+                    }
+                    (None, Some(general)) => general,
+                    (None, None) => continue,
+                };
+                logged += 1;
+                // A request the model server cannot decode fails the call: not logged then.
+                let Some(server) = &server else {
+                    continue;
+                };
+                if server.raw_input_contents.len() != server.inputs.len() {
+                    continue;
+                }
+                for feature in &record.features {
+                    let at = server.inputs.iter().position(|i| i.name == feature.name);
+                    let at = at.expect("a logged feature is an input");
+                    assert_eq!(
+                        raw_of(feature),
+                        server.raw_input_contents[at].as_ref(),
+                        "{}: {raw:?}",
+                        feature.name
+                    );
+                }
+                if !record.candidate_int_ids.is_empty() {
+                    let at = server
+                        .inputs
+                        .iter()
+                        .position(|i| i.name == "item_id")
+                        .unwrap();
+                    let ids: Vec<u8> = (record.candidate_int_ids.iter())
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect();
+                    assert_eq!(ids, server.raw_input_contents[at].as_ref(), "{raw:?}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(
+            logged > 1000 && checked > 500,
+            "{logged} logged, {checked} checked"
+        );
+    }
+
     #[test]
     fn anything_else_takes_the_general_path() {
         let req = request(&[
