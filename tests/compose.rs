@@ -2,8 +2,9 @@
 //! user would otherwise find out at `docker compose up` or `kubectl apply`. Every mounted host
 //! path exists, every featurelog config passes `featurelog <subcommand> --check-config` with the
 //! environment the deployment gives it, every `depends_on` condition can be met, the allow list
-//! names the served model's real tensors, and the ports the probes use are the ports the
-//! configs listen on.
+//! names the served model's real tensors, the ports the probes use are the ports the configs
+//! listen on, and Prometheus scrapes them and loads the alerting rules (whose PromQL
+//! tests/docs.rs checks).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -291,6 +292,71 @@ fn depends_on_conditions_can_be_met_and_the_services_point_at_each_other() {
         init.contains(&format!("mb --ignore-existing local/{bucket}")),
         "{init}"
     );
+}
+
+/// Prometheus scrapes each featurelog service at the port its config serves `/metrics` on, and
+/// loads the alerting rules from where they are mounted (tests/docs.rs checks the rules
+/// themselves).
+#[test]
+fn prometheus_scrapes_both_services_and_loads_the_alerting_rules() {
+    let doc = compose();
+    let all: BTreeMap<String, Yaml> = services(&doc).into_iter().collect();
+    let prometheus = &all["prometheus"];
+    let mounts: BTreeMap<String, String> = strings(&prometheus["volumes"])
+        .iter()
+        .map(|v| {
+            let mut parts = v.split(':');
+            let (source, target) = (parts.next().unwrap(), parts.next().unwrap());
+            (target.to_owned(), source.to_owned())
+        })
+        .collect();
+    let config = strings(&prometheus["command"])
+        .iter()
+        .find_map(|a| a.strip_prefix("--config.file=").map(str::to_owned))
+        .expect("--config.file");
+    let config = load(&compose_dir().join(&mounts[&config]))
+        .into_iter()
+        .next()
+        .unwrap();
+    for rules in strings(&config["rule_files"]) {
+        let source = mounts
+            .get(&rules)
+            .unwrap_or_else(|| panic!("rule file {rules} is not mounted"));
+        assert_eq!(source, "./prometheus/alerts.yml");
+    }
+    let configs = compose_dir().join("configs");
+    let expected = BTreeMap::from([
+        (
+            "featurelog-sidecar".to_string(),
+            format!(
+                "sidecar:{}",
+                sidecar_config(&configs.join("sidecar.toml"))
+                    .metrics
+                    .listen
+                    .port()
+            ),
+        ),
+        (
+            "featurelog-joiner".to_string(),
+            format!(
+                "joiner:{}",
+                join_config(&configs.join("join.toml"))
+                    .metrics
+                    .listen
+                    .port()
+            ),
+        ),
+    ]);
+    let jobs: BTreeMap<String, String> = config["scrape_configs"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|job| {
+            let targets = strings(&job["static_configs"][0]["targets"]);
+            (str_of(&job["job_name"]), targets.join(","))
+        })
+        .collect();
+    assert_eq!(jobs, expected);
 }
 
 /// The model's tensor names from a Triton config.pbtxt: (model name, inputs, outputs).

@@ -1,7 +1,8 @@
 //! Keeps the README's reference sections honest: every configuration key (of the sample configs
 //! and of the config structs themselves), every metric the services register and every reason
 //! label value the code counts must be documented there, with the right environment variable
-//! and the right metric type; and the reference lists nothing that does not exist.
+//! and the right metric type; and the reference lists nothing that does not exist. The alerting
+//! rules (compose/prometheus/alerts.yml) select only what the services export.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -391,15 +392,11 @@ fn check_documented(readme_part: &str, what: &str, values: impl IntoIterator<Ite
     );
 }
 
-#[test]
-fn sidecar_metrics_reference_covers_every_metric_and_reason() {
+/// The sidecar's metrics exposition with every family visible: families show up once they have
+/// a child.
+fn sidecar_exposition() -> String {
     use featurelog_sidecar::metrics::{CallLabels, Metrics};
-    let readme = read("README.md");
-    let part = section(&readme, "### Sidecar metrics");
-    let source = read("services/sidecar/src/metrics.rs");
-
     let m = Metrics::new();
-    // Families show up in the exposition once they have a child.
     m.calls
         .get_or_create(&CallLabels {
             method: "model_infer",
@@ -412,7 +409,27 @@ fn sidecar_metrics_reference_covers_every_metric_and_reason() {
     m.tls_reloaded(true);
     m.upstream_tls_reloaded(true);
     m.tls_handshake_failed("error");
-    let exposed = exposed(&m.render());
+    m.render()
+}
+
+/// The joiner's metrics exposition with every family visible.
+fn joiner_exposition() -> String {
+    use featurelog_joiner::metrics::{JoinMetrics, Label};
+    let m = JoinMetrics::new();
+    m.outcomes.get_or_create(&Label { name: "joined" }).inc();
+    m.dead_letters
+        .get_or_create(&Label { name: "bad_json" })
+        .inc();
+    m.render()
+}
+
+#[test]
+fn sidecar_metrics_reference_covers_every_metric_and_reason() {
+    let readme = read("README.md");
+    let part = section(&readme, "### Sidecar metrics");
+    let source = read("services/sidecar/src/metrics.rs");
+
+    let exposed = exposed(&sidecar_exposition());
     let names: BTreeSet<String> = exposed.keys().map(|n| strip_total(n).to_owned()).collect();
     assert_eq!(
         names,
@@ -461,17 +478,11 @@ fn sidecar_metrics_reference_covers_every_metric_and_reason() {
 
 #[test]
 fn joiner_metrics_reference_covers_every_metric_and_reason() {
-    use featurelog_joiner::metrics::{JoinMetrics, Label};
     let readme = read("README.md");
     let part = section(&readme, "### Joiner metrics");
     let source = read("joiner/src/metrics.rs");
 
-    let m = JoinMetrics::new();
-    m.outcomes.get_or_create(&Label { name: "joined" }).inc();
-    m.dead_letters
-        .get_or_create(&Label { name: "bad_json" })
-        .inc();
-    let exposed = exposed(&m.render());
+    let exposed = exposed(&joiner_exposition());
     let names: BTreeSet<String> = exposed.keys().map(|n| strip_total(n).to_owned()).collect();
     assert_eq!(
         names,
@@ -495,4 +506,198 @@ fn joiner_metrics_reference_covers_every_metric_and_reason() {
     ));
     assert!(reasons.len() >= 5, "{reasons:?}");
     check_documented(part, "dead-letter reasons", reasons);
+}
+
+/// Series name -> its label names, from an exposition's samples (`name{a="x",b="y"} 1`).
+fn series_labels(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let end = line.find(['{', ' ']).unwrap();
+        let labels = out.entry(line[..end].to_owned()).or_default();
+        let mut rest = line[end..].strip_prefix('{').unwrap_or("");
+        // `key="value",...}`: values are quoted, with `\"` and `\\` escapes.
+        while let Some((key, after)) = rest.split_once("=\"") {
+            labels.insert(key.trim_start_matches(',').to_owned());
+            let mut chars = after.char_indices();
+            let mut close = after.len();
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        chars.next();
+                    }
+                    '"' => {
+                        close = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            rest = &after[close + 1..];
+            if rest.starts_with('}') {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// compose/prometheus/alerts.yml, as Prometheus loads it: every expression parses as PromQL and
+/// selects only series the sidecar and the joiner export (histograms by their `_bucket`,
+/// `_sum` and `_count`), by labels those series have and label values the README documents;
+/// `up` by a job compose/prometheus/prometheus.yml scrapes. An alert on a renamed metric or a
+/// misspelt reason would never fire, and nothing else would tell.
+#[test]
+fn alerting_rules_select_only_exported_series_by_documented_labels() {
+    use promql_parser::label::MatchOp;
+    use promql_parser::parser::{Expr, LabelModifier};
+    use promql_parser::util::{ExprVisitor, walk_expr};
+    use yaml_rust2::YamlLoader;
+
+    /// A label matcher: (label, value, whether it is `=`).
+    type Matcher = (String, String, bool);
+    /// What an expression selects: (metric, its matchers), and the labels it groups or
+    /// matches by.
+    #[derive(Default)]
+    struct Selects {
+        selectors: Vec<(String, Vec<Matcher>)>,
+        grouping: BTreeSet<String>,
+    }
+    impl ExprVisitor for Selects {
+        type Error = std::convert::Infallible;
+        fn pre_visit(&mut self, expr: &Expr) -> Result<bool, Self::Error> {
+            let modifier_labels = |m: &LabelModifier| m.labels().labels.clone();
+            match expr {
+                Expr::VectorSelector(vs)
+                | Expr::MatrixSelector(promql_parser::parser::MatrixSelector { vs, .. }) => {
+                    let matchers = vs.matchers.matchers.iter().map(|m| {
+                        (
+                            m.name.clone(),
+                            m.value.clone(),
+                            matches!(m.op, MatchOp::Equal),
+                        )
+                    });
+                    let name = vs.name.clone().unwrap_or_default();
+                    self.selectors.push((name, matchers.collect()));
+                }
+                Expr::Aggregate(a) => {
+                    self.grouping
+                        .extend(a.modifier.iter().flat_map(modifier_labels));
+                }
+                Expr::Binary(b) => {
+                    let matching = b.modifier.iter().filter_map(|m| m.matching.as_ref());
+                    self.grouping.extend(matching.flat_map(modifier_labels));
+                }
+                _ => {}
+            }
+            Ok(true)
+        }
+    }
+
+    let readme = read("README.md");
+    let mut series = series_labels(&sidecar_exposition());
+    series.extend(series_labels(&joiner_exposition()));
+    assert!(series.contains_key("featurelog_sidecar_added_latency_seconds_bucket"));
+    let documented = |metric: &str| {
+        if metric.starts_with("featurelog_sidecar_") {
+            section(&readme, "### Sidecar metrics")
+        } else {
+            section(&readme, "### Joiner metrics")
+        }
+    };
+    let prometheus = YamlLoader::load_from_str(&read("compose/prometheus/prometheus.yml")).unwrap();
+    let jobs: BTreeSet<String> = prometheus[0]["scrape_configs"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_name"].as_str().unwrap().to_owned())
+        .collect();
+    let rules = YamlLoader::load_from_str(&read("compose/prometheus/alerts.yml")).unwrap();
+    let mut names = BTreeSet::new();
+    let mut up_jobs = BTreeSet::new();
+    let mut problems = Vec::new();
+    for group in rules[0]["groups"].as_vec().unwrap() {
+        for rule in group["rules"].as_vec().unwrap() {
+            let alert = rule["alert"]
+                .as_str()
+                .expect("every rule is an alert")
+                .to_owned();
+            assert!(names.insert(alert.clone()), "{alert} twice");
+            let text = rule["expr"].as_str().unwrap();
+            let expr = promql_parser::parser::parse(text)
+                .unwrap_or_else(|e| panic!("{alert}: {e}\n{text}"));
+            if let Some(d) = rule["for"].as_str() {
+                promql_parser::util::parse_duration(d)
+                    .unwrap_or_else(|e| panic!("{alert}: for {d}: {e}"));
+            }
+            let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
+            assert!(
+                ["critical", "warning", "info"].contains(&severity),
+                "{alert}: severity {severity:?}"
+            );
+            for key in ["summary", "description"] {
+                assert!(
+                    rule["annotations"][key]
+                        .as_str()
+                        .is_some_and(|t| t.len() > 20),
+                    "{alert}: no {key}"
+                );
+            }
+            let mut selects = Selects::default();
+            walk_expr(&mut selects, &expr).unwrap();
+            let mut labels: BTreeSet<String> = ["instance", "job"].map(String::from).into();
+            for (metric, matchers) in &selects.selectors {
+                if metric == "up" {
+                    let job = matchers.iter().find(|(l, _, eq)| l == "job" && *eq);
+                    match job {
+                        Some((_, job, _)) if jobs.contains(job) => {
+                            up_jobs.insert(job.clone());
+                        }
+                        _ => problems
+                            .push(format!("{alert}: up without a scraped job: {matchers:?}")),
+                    }
+                    continue;
+                }
+                let Some(has) = series.get(metric) else {
+                    problems.push(format!("{alert}: {metric} is not exported"));
+                    continue;
+                };
+                labels.extend(has.iter().cloned());
+                for (label, value, equal) in matchers {
+                    if !has.contains(label) {
+                        problems.push(format!("{alert}: {metric} has no label {label}"));
+                    } else if *equal && !documented(metric).contains(&format!("`{value}`")) {
+                        problems.push(format!(
+                            "{alert}: {metric}{{{label}=\"{value}\"}}: `{value}` is not documented"
+                        ));
+                    }
+                }
+            }
+            for label in &selects.grouping {
+                if !labels.contains(label) {
+                    problems.push(format!(
+                        "{alert}: groups by {label}, which its series do not have"
+                    ));
+                }
+            }
+            // `{{ $labels.x }}` in the annotations names a label the alert's series keep.
+            for key in ["summary", "description"] {
+                let text = rule["annotations"][key].as_str().unwrap_or_default();
+                for part in text.split("$labels.").skip(1) {
+                    let label: String = part
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !labels.contains(&label) {
+                        problems.push(format!("{alert}: {key} uses $labels.{label}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert_eq!(up_jobs, jobs, "an `up` alert for every scraped job");
+    assert!(names.len() >= 10, "{names:?}");
 }
