@@ -433,6 +433,8 @@ struct Local {
     plans: PlanCache,
     /// The encoded record; librdkafka copies it, so one buffer serves every call.
     record: Vec<u8>,
+    /// REST binary-data request headers read before.
+    headers: crate::rest_json::HeaderCache,
 }
 
 fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
@@ -671,6 +673,7 @@ fn publish_rest(
         &rest.model,
         &rest.version,
         &inputs,
+        Some(&mut local.headers),
     ) {
         Ok(r) => r,
         Err(err) => {

@@ -10,7 +10,9 @@
 //! logged value is the value the model computed on. `data` may be flat or nested (row-major
 //! either way).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use featurelog_schemas::inference::infer_parameter::ParameterChoice;
@@ -21,6 +23,7 @@ use featurelog_schemas::inference::model_infer_response::InferOutputTensor;
 use featurelog_schemas::inference::{InferParameter, ModelInferRequest, ModelInferResponse};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The header of the binary tensor data extension: the length of the JSON part of the body.
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -64,12 +67,13 @@ fn malformed(what: impl Into<String>) -> RestBodyError {
 type Members = HashMap<String, Value>;
 
 #[derive(Deserialize)]
-struct RequestJson {
+struct RequestJson<'a> {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     parameters: Option<Members>,
-    inputs: Vec<TensorJson>,
+    #[serde(borrow)]
+    inputs: Vec<TensorJson<'a>>,
     #[serde(default)]
     outputs: Option<Vec<RequestedOutputJson>>,
 }
@@ -82,7 +86,7 @@ struct RequestedOutputJson {
 }
 
 #[derive(Deserialize)]
-struct ResponseJson {
+struct ResponseJson<'a> {
     #[serde(default)]
     model_name: Option<String>,
     #[serde(default)]
@@ -91,17 +95,23 @@ struct ResponseJson {
     id: Option<String>,
     #[serde(default)]
     parameters: Option<Members>,
-    #[serde(default)]
-    outputs: Option<Vec<TensorJson>>,
+    #[serde(default, borrow)]
+    outputs: Option<Vec<TensorJson<'a>>>,
 }
 
+/// A tensor as the body describes it, borrowed from the outlined text: a call has one per input
+/// (tritonclient sends every feature of a recommender, 51 here), and the sidecar keeps a few.
+/// Owned names and a map of every tensor's parameters were most of reading a binary-data body.
 #[derive(Deserialize)]
-struct TensorJson {
-    name: String,
+struct TensorJson<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     shape: Vec<i64>,
-    datatype: String,
-    #[serde(default)]
-    parameters: Option<Members>,
+    #[serde(borrow)]
+    datatype: Cow<'a, str>,
+    /// Read for `binary_data_size` alone, and whole only for a tensor that is kept.
+    #[serde(default, borrow)]
+    parameters: Option<&'a RawValue>,
     /// Where the value is in the body's JSON (see [`outline`]): only the tensors the allow
     /// list reads are parsed, straight into bytes.
     #[serde(default)]
@@ -117,9 +127,11 @@ struct Span(usize, usize);
 /// serde then reads the few hundred bytes of the call's structure instead of every number of
 /// every tensor: skipping values it does not keep cost serde ~all of the parse (143 of 145 us
 /// for a 66 kB body of 51 tensors, 11 of them wanted), and here they are stepped over by
-/// searching for brackets and quotes only. `None` when the text ends inside a value.
-fn outline(json: &[u8]) -> Option<Vec<u8>> {
+/// searching for brackets and quotes only; the request's `id` is found on the way (see
+/// [`HeaderCache`]). `None` when the text ends inside a value.
+fn outline(json: &[u8]) -> Option<Outline> {
     let mut out = Vec::with_capacity(1024);
+    let mut id = None;
     let (mut at, mut copied, mut depth) = (0usize, 0usize, 0usize);
     while at < json.len() {
         match json[at] {
@@ -127,13 +139,21 @@ fn outline(json: &[u8]) -> Option<Vec<u8>> {
             b'}' | b']' => depth = depth.saturating_sub(1),
             b'"' => {
                 let end = string_end(json, at)?;
-                let is_data = depth == 3 && {
+                // An escaped key is what it decodes to, as serde will read it.
+                let is = |name: &str| {
                     let key = &json[at..end];
-                    // An escaped key is what it decodes to, as serde will read it.
-                    key == b"\"data\""
+                    (key.len() == name.len() + 2 && &key[1..key.len() - 1] == name.as_bytes())
                         || (key.contains(&b'\\')
-                            && serde_json::from_slice::<String>(key).is_ok_and(|k| k == "data"))
+                            && serde_json::from_slice::<String>(key).is_ok_and(|k| k == name))
                 };
+                let is_data = depth == 3 && is("data");
+                if depth == 1 && id.is_none() && is("id") {
+                    let colon = skip_ws(json, end);
+                    if json.get(colon) == Some(&b':') {
+                        let start = skip_ws(json, colon + 1);
+                        id = Some((start, value_end(json, start)?));
+                    }
+                }
                 at = end;
                 if is_data {
                     let colon = skip_ws(json, at);
@@ -152,7 +172,15 @@ fn outline(json: &[u8]) -> Option<Vec<u8>> {
         at += 1;
     }
     out.extend_from_slice(&json[copied..]);
-    Some(out)
+    Some(Outline { text: out, id })
+}
+
+/// What [`outline`] makes of a body's JSON.
+struct Outline {
+    /// The JSON with each tensor's `data` replaced by its [`Span`].
+    text: Vec<u8>,
+    /// Where the value of the top-level member `id` is (its first): start and end.
+    id: Option<(usize, usize)>,
 }
 
 fn skip_ws(json: &[u8], mut at: usize) -> usize {
@@ -221,19 +249,22 @@ fn split(body: &Bytes, header_length: Option<usize>) -> Result<(Bytes, Bytes), R
     }
 }
 
-/// A body's JSON part read as `T` through its [`outline`] (`what` names it in errors), with the
-/// JSON text (where the outline's spans point) and the binary part.
-fn parse<T: serde::de::DeserializeOwned>(
+/// A body's JSON part outlined (see [`outline`]; `what` names it in errors), with the JSON
+/// text (where the outline's spans point) and the binary part.
+fn outlined(
     body: &Bytes,
     header_length: Option<usize>,
     what: &str,
-) -> Result<(T, Bytes, Bytes), RestBodyError> {
+) -> Result<(Outline, Bytes, Bytes), RestBodyError> {
     let (json, binary) = split(body, header_length)?;
     let outlined =
         outline(&json).ok_or_else(|| malformed(format!("{what} JSON: ends inside a value")))?;
-    let parsed =
-        serde_json::from_slice(&outlined).map_err(|e| malformed(format!("{what} JSON: {e}")))?;
-    Ok((parsed, json, binary))
+    Ok((outlined, json, binary))
+}
+
+/// An outlined body's JSON read as `T`, which may borrow from it.
+fn read<'a, T: Deserialize<'a>>(outlined: &'a [u8], what: &str) -> Result<T, RestBodyError> {
+    serde_json::from_slice(outlined).map_err(|e| malformed(format!("{what} JSON: {e}")))
 }
 
 /// The request's `id` (for the response's `x-request-id` decision), read from its JSON part
@@ -245,21 +276,168 @@ pub fn peek_id(body: &Bytes, header_length: Option<usize>) -> Option<String> {
         id: Option<String>,
     }
     // On the call's path: the tensors' data is stepped over, not parsed.
-    parse::<Head>(body, header_length, "request").ok()?.0.id
+    let (outlined, _, _) = outlined(body, header_length, "request").ok()?;
+    read::<Head>(&outlined.text, "request").ok()?.id
+}
+
+/// Per publisher thread: what recent JSON headers of binary-data requests described, so that a
+/// request whose header is one seen before (the same tensors, shapes and sizes: a client's
+/// every call, but for its `id`) is not read again. Reading a header that describes every
+/// tensor of a recommender (51 here, each with its `binary_data_size`) was nearly all of the
+/// publisher's work on a `tritonclient.http` call; the tensors' bytes are in the binary part and
+/// need no reading at all. A header's key is its bytes with the `id` value cut out; headers
+/// whose tensors carry JSON `data` are not kept (its positions move with the id).
+#[derive(Default)]
+pub struct HeaderCache {
+    entries: Vec<Arc<Header>>,
+    /// The entry the next new header replaces, once the cache is full.
+    next: usize,
+}
+
+/// Headers kept per publisher thread: a client sends a few shapes (candidate counts vary),
+/// and a miss costs only what reading costs anyway.
+const HEADERS_KEPT: usize = 16;
+
+/// A request header as read once: everything but its `id`.
+struct Header {
+    /// The header's bytes before and after the `id` value (all of them without one).
+    key: (Vec<u8>, Vec<u8>),
+    /// Every input, in order, with its place in the binary part.
+    inputs: Vec<(Described, std::ops::Range<usize>)>,
+    /// The binary part's length.
+    binary_len: usize,
+    parameters: HashMap<String, InferParameter>,
+    outputs: Vec<InferRequestedOutputTensor>,
+}
+
+impl HeaderCache {
+    /// The entry for `json` (its `id` value at `id`), if one is kept.
+    fn find(&self, json: &[u8], id: Option<(usize, usize)>) -> Option<&Arc<Header>> {
+        let (before, after) = match id {
+            Some((s, e)) => (&json[..s], &json[e..]),
+            None => (json, &json[json.len()..]),
+        };
+        self.entries
+            .iter()
+            .find(|h| h.key.0 == before && h.key.1 == after)
+    }
+
+    fn keep(&mut self, header: Header) {
+        if self.entries.len() < HEADERS_KEPT {
+            self.entries.push(Arc::new(header));
+        } else {
+            self.entries[self.next] = Arc::new(header);
+            self.next = (self.next + 1) % HEADERS_KEPT;
+        }
+    }
+}
+
+/// The request that a kept header describes, with this body's `id` (its JSON value at `id`)
+/// and binary part; `None` when they do not fit it (then the body is read in full, which
+/// says why).
+fn from_header(
+    header: &Header,
+    json: &[u8],
+    id: Option<(usize, usize)>,
+    binary: &Bytes,
+    model: &str,
+    version: &str,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Option<ModelInferRequest> {
+    let id = match id {
+        Some((s, e)) => serde_json::from_slice::<Option<String>>(&json[s..e]).ok()?,
+        None => None,
+    };
+    if binary.len() != header.binary_len {
+        return None;
+    }
+    let (mut inputs, mut raw) = (Vec::new(), Vec::new());
+    for (t, range) in header.inputs.iter().filter(|(t, _)| wanted(&t.name)) {
+        inputs.push(InferInputTensor {
+            name: t.name.clone(),
+            datatype: t.datatype.clone(),
+            shape: t.shape.clone(),
+            parameters: t.parameters.clone(),
+            contents: None,
+        });
+        raw.push(binary.slice(range.clone()));
+    }
+    Some(ModelInferRequest {
+        model_name: model.to_owned(),
+        model_version: version.to_owned(),
+        id: id.unwrap_or_default(),
+        parameters: header.parameters.clone(),
+        inputs,
+        outputs: header.outputs.clone(),
+        raw_input_contents: raw,
+    })
 }
 
 /// Reads an inference request of `model` (and `version`, empty for none) from its body, with
 /// the input tensors that `wanted` names (the others are skipped unread, as the gRPC path
-/// decodes only the tensors a rule logs).
+/// decodes only the tensors a rule logs). With a `cache`, a binary-data header seen before is
+/// not read again (see [`HeaderCache`]).
 pub fn request(
     body: &Bytes,
     header_length: Option<usize>,
     model: &str,
     version: &str,
     wanted: &dyn Fn(&str) -> bool,
+    cache: Option<&mut HeaderCache>,
 ) -> Result<ModelInferRequest, RestBodyError> {
-    let (parsed, json, binary) = parse::<RequestJson>(body, header_length, "request")?;
-    let (tensors, raw) = tensors(parsed.inputs, &json, binary, wanted)?;
+    let (outlined, json, binary) = outlined(body, header_length, "request")?;
+    let cache = cache.filter(|_| header_length.is_some());
+    if let Some(cache) = &cache {
+        let read = (cache.find(&json, outlined.id))
+            .and_then(|h| from_header(h, &json, outlined.id, &binary, model, version, wanted));
+        if let Some(request) = read {
+            return Ok(request);
+        }
+    }
+    let parsed: RequestJson<'_> = read(&outlined.text, "request")?;
+    let outputs: Vec<InferRequestedOutputTensor> = parsed
+        .outputs
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| InferRequestedOutputTensor {
+            name: o.name,
+            parameters: parameters(o.parameters.unwrap_or_default()),
+        })
+        .collect();
+    let request_parameters = parameters(parsed.parameters.unwrap_or_default());
+    let binary_only = parsed.inputs.iter().all(|t| t.data.is_none());
+    let (tensors, raw) = match cache {
+        // Every input described, kept, and the wanted ones taken from it.
+        Some(cache) if binary_only => {
+            let (tensors, raw) = self::tensors(parsed.inputs, &json, binary.clone(), &|_| true)?;
+            let mut at = 0;
+            let inputs: Vec<_> = (tensors.into_iter().zip(&raw))
+                .map(|(t, r)| {
+                    at += r.len();
+                    (t, at - r.len()..at)
+                })
+                .collect();
+            let key = match outlined.id {
+                Some((s, e)) => (json[..s].to_vec(), json[e..].to_vec()),
+                None => (json.to_vec(), Vec::new()),
+            };
+            let header = Header {
+                key,
+                inputs,
+                binary_len: binary.len(),
+                parameters: request_parameters.clone(),
+                outputs: outputs.clone(),
+            };
+            let kept: (Vec<Described>, Vec<Bytes>) = (header.inputs.iter())
+                .zip(raw)
+                .filter(|((t, _), _)| wanted(&t.name))
+                .map(|((t, _), r)| (t.clone(), r))
+                .unzip();
+            cache.keep(header);
+            kept
+        }
+        _ => tensors(parsed.inputs, &json, binary, wanted)?,
+    };
     let inputs = tensors
         .into_iter()
         .map(|t| InferInputTensor {
@@ -274,17 +452,9 @@ pub fn request(
         model_name: model.to_owned(),
         model_version: version.to_owned(),
         id: parsed.id.unwrap_or_default(),
-        parameters: parameters(parsed.parameters.unwrap_or_default()),
+        parameters: request_parameters,
         inputs,
-        outputs: parsed
-            .outputs
-            .unwrap_or_default()
-            .into_iter()
-            .map(|o| InferRequestedOutputTensor {
-                name: o.name,
-                parameters: parameters(o.parameters.unwrap_or_default()),
-            })
-            .collect(),
+        outputs,
         raw_input_contents: raw,
     })
 }
@@ -295,7 +465,8 @@ pub fn response(
     header_length: Option<usize>,
     wanted: &dyn Fn(&str) -> bool,
 ) -> Result<ModelInferResponse, RestBodyError> {
-    let (parsed, json, binary) = parse::<ResponseJson>(body, header_length, "response")?;
+    let (outlined, json, binary) = outlined(body, header_length, "response")?;
+    let parsed: ResponseJson<'_> = read(&outlined.text, "response")?;
     let (tensors, raw) = tensors(parsed.outputs.unwrap_or_default(), &json, binary, wanted)?;
     let outputs = tensors
         .into_iter()
@@ -320,7 +491,7 @@ pub fn response(
 /// The tensors that `wanted` names, described, and their raw contents in the same order; the
 /// binary part must be used up exactly.
 fn tensors(
-    all: Vec<TensorJson>,
+    all: Vec<TensorJson<'_>>,
     json: &[u8],
     binary: Bytes,
     wanted: &dyn Fn(&str) -> bool,
@@ -338,6 +509,7 @@ fn tensors(
 }
 
 /// A tensor's description, its transport parameters left out.
+#[derive(Clone)]
 struct Described {
     name: String,
     datatype: String,
@@ -383,11 +555,17 @@ impl Binary {
 /// A tensor's description and raw contents; `None` for one that `wanted` does not name (its
 /// binary data, if any, is stepped over).
 fn tensor(
-    t: TensorJson,
+    t: TensorJson<'_>,
     json: &[u8],
     binary: &mut Binary,
     wanted: &dyn Fn(&str) -> bool,
 ) -> Result<Option<(Described, Bytes)>, RestBodyError> {
+    /// The one transport parameter every tensor is read for.
+    #[derive(Deserialize)]
+    struct Transport<'a> {
+        #[serde(default, borrow, rename = "binary_data_size")]
+        size: Option<&'a RawValue>,
+    }
     let TensorJson {
         name,
         shape,
@@ -395,14 +573,23 @@ fn tensor(
         parameters: json_parameters,
         data,
     } = t;
-    let mut json_parameters = json_parameters.unwrap_or_default();
-    let binary_size = json_parameters.remove(BINARY_DATA_SIZE);
+    let binary_size = match json_parameters {
+        Some(raw) => serde_json::from_str::<Option<Transport<'_>>>(raw.get())
+            .map_err(|e| malformed(format!("tensor {name:?}: parameters: {e}")))?
+            .and_then(|t| t.size),
+        None => None,
+    };
     let contents = match (binary_size, data) {
         (Some(size), None) => {
-            let len = size
-                .as_u64()
+            let len = serde_json::from_str::<u64>(size.get())
+                .ok()
                 .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| malformed(format!("tensor {name:?}: {BINARY_DATA_SIZE} {size}")))?;
+                .ok_or_else(|| {
+                    malformed(format!(
+                        "tensor {name:?}: {BINARY_DATA_SIZE} {}",
+                        size.get()
+                    ))
+                })?;
             binary.take(&name, len)?
         }
         (None, Some(_)) if !wanted(&name) => Bytes::new(),
@@ -423,12 +610,19 @@ fn tensor(
     if !wanted(&name) {
         return Ok(None);
     }
+    let mut members: Members = match json_parameters {
+        Some(raw) => serde_json::from_str::<Option<Members>>(raw.get())
+            .map_err(|e| malformed(format!("tensor {name:?}: parameters: {e}")))?
+            .unwrap_or_default(),
+        None => Members::new(),
+    };
+    members.remove(BINARY_DATA_SIZE);
     Ok(Some((
         Described {
-            name,
-            datatype,
+            name: name.into_owned(),
+            datatype: datatype.into_owned(),
             shape,
-            parameters: parameters(json_parameters),
+            parameters: parameters(members),
         },
         contents,
     )))
@@ -665,7 +859,7 @@ mod tests {
                ],
                "outputs":[{"name":"score","parameters":{"binary_data":true}}]}"#,
         );
-        let r = request(&body, None, "ranker", "2", &all).unwrap();
+        let r = request(&body, None, "ranker", "2", &all, None).unwrap();
         assert_eq!(
             (
                 r.model_name.as_str(),
@@ -719,7 +913,7 @@ mod tests {
         body.extend_from_slice(&(-2.0f32).to_le_bytes());
         body.extend_from_slice(b"\x02\0\0\0ok");
         let body = Bytes::from(body);
-        let r = request(&body, Some(json.len()), "m", "", &all).unwrap();
+        let r = request(&body, Some(json.len()), "m", "", &all, None).unwrap();
         assert_eq!(
             raw_f32(&r.raw_input_contents[0]),
             [1.5f32.to_bits(), (-2.0f32).to_bits()]
@@ -735,21 +929,21 @@ mod tests {
         // Too little data, too much, a header past the body.
         let short = body.slice(..body.len() - 1);
         assert_eq!(
-            request(&short, Some(json.len()), "m", "", &all)
+            request(&short, Some(json.len()), "m", "", &all, None)
                 .unwrap_err()
                 .reason(),
             "malformed_json"
         );
         let mut long = body.to_vec();
         long.push(0);
-        let err = request(&Bytes::from(long), Some(json.len()), "m", "", &all).unwrap_err();
+        let err = request(&Bytes::from(long), Some(json.len()), "m", "", &all, None).unwrap_err();
         assert!(err.to_string().contains("belong to no tensor"), "{err}");
-        assert!(request(&body, Some(body.len() + 1), "m", "", &all).is_err());
+        assert!(request(&body, Some(body.len() + 1), "m", "", &all, None).is_err());
     }
 
     #[test]
     fn bad_bodies_say_why_and_never_panic() {
-        let req = |json: &str| request(&Bytes::from(json.to_owned()), None, "m", "", &all);
+        let req = |json: &str| request(&Bytes::from(json.to_owned()), None, "m", "", &all, None);
         for (json, reason) in [
             ("{not json", "malformed_json"),
             (
@@ -806,7 +1000,7 @@ mod tests {
               {"name":"skip","shape":[1],"datatype":"BYTES","data":["]]]\"[[["]}
             ]}"#;
         let body = Bytes::from(json);
-        let r = request(&body, None, "m", "", &|n| n != "skip").unwrap();
+        let r = request(&body, None, "m", "", &|n| n != "skip", None).unwrap();
         let names: Vec<&str> = r.inputs.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["tags", "grid", "one"]);
         assert_eq!(
@@ -826,7 +1020,7 @@ mod tests {
         // Every prefix of the body: an error or (never) a wrong answer, and no panic.
         for end in 0..json.len() {
             assert!(
-                request(&body.slice(..end), None, "m", "", &all).is_err(),
+                request(&body.slice(..end), None, "m", "", &all, None).is_err(),
                 "{end}"
             );
         }
@@ -901,7 +1095,7 @@ mod tests {
                 }
             }
             let bytes = Bytes::from(body.clone());
-            let Ok(r) = request(&bytes, None, "m", "", &all) else {
+            let Ok(r) = request(&bytes, None, "m", "", &all, None) else {
                 continue;
             };
             read += 1;
@@ -934,6 +1128,103 @@ mod tests {
         );
     }
 
+    /// A binary-data request as `tritonclient.http` sends it, with `id` as the JSON text of
+    /// its id member (none when empty).
+    fn binary_request(id: &str, rows: usize) -> (Bytes, usize) {
+        let id = if id.is_empty() {
+            String::new()
+        } else {
+            format!(r#""id":{id},"#)
+        };
+        let json = format!(
+            r#"{{{id}"parameters":{{"user":"u7"}},"inputs":[
+              {{"name":"item_id","shape":[{rows}],"datatype":"INT64","parameters":{{"binary_data_size":{}}}}},
+              {{"name":"price","shape":[{rows}],"datatype":"FP32","parameters":{{"binary_data_size":{},"note":"x"}}}},
+              {{"name":"tags","shape":[1],"datatype":"BYTES","parameters":{{"binary_data_size":6}}}}],
+              "outputs":[{{"name":"score","parameters":{{"binary_data":true}}}}]}}"#,
+            rows * 8,
+            rows * 4
+        );
+        let mut body = json.as_bytes().to_vec();
+        body.extend((0..rows as i64).flat_map(|i| (i * 7 - 3).to_le_bytes()));
+        body.extend((0..rows).flat_map(|i| (i as f32 * 0.5).to_le_bytes()));
+        body.extend(b"\x02\0\0\0ok");
+        (Bytes::from(body), json.len())
+    }
+
+    /// A header seen before is not read again, and what comes of it is exactly what reading
+    /// it gives: for other ids (escaped, null, absent, not a string), other wanted tensors,
+    /// other row counts, and bodies changed at random in their JSON or binary part.
+    #[test]
+    fn kept_headers_read_exactly_as_reading_them_again() {
+        let mut cache = HeaderCache::default();
+        let some = |n: &str| n != "price";
+        let wanted: [&dyn Fn(&str) -> bool; 2] = [&all, &some];
+        let check = |cache: &mut HeaderCache, body: &Bytes, len: usize| {
+            for w in wanted {
+                let fresh = request(body, Some(len), "m", "1", w, None);
+                let kept = request(body, Some(len), "m", "1", w, Some(cache));
+                assert_eq!(kept, fresh, "{:?}", String::from_utf8_lossy(body));
+            }
+        };
+        for (id, rows) in [
+            (r#""r-1""#, 3),
+            (r#""r-2""#, 3),
+            (r#""r\"3\u0041""#, 3),
+            ("null", 3),
+            ("", 3),
+            ("17", 3),
+            (r#"["r"]"#, 3),
+            (r#""r-4""#, 5),
+            (r#""r-5""#, 3),
+        ] {
+            let (body, len) = binary_request(id, rows);
+            check(&mut cache, &body, len);
+        }
+        assert_eq!(
+            cache.entries.len(),
+            3,
+            "one header per row count, and one without an id"
+        );
+        let (good, len) = binary_request(r#""r-6""#, 3);
+        let hit = request(&good, Some(len), "m", "1", &all, Some(&mut cache)).unwrap();
+        assert_eq!(hit.id, "r-6");
+        assert_eq!(hit.inputs.len(), 3);
+        assert_eq!(&hit.raw_input_contents[2][..], b"\x02\0\0\0ok");
+
+        let alphabet = br#"[]{}",:\ 0123456789.-rxnul"#;
+        let mut seed = 0x6a09_e667_f3bc_c908u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..5_000 {
+            let mut body = good.to_vec();
+            let mut header_len = len;
+            // Mostly the id's value (which keeps the key), else anywhere.
+            let at = if next() % 2 == 0 {
+                5 + (next() % 6) as usize
+            } else {
+                (next() % body.len() as u64) as usize
+            };
+            let b = alphabet[(next() % alphabet.len() as u64) as usize];
+            match next() % 3 {
+                0 => body[at] = b,
+                1 => {
+                    body.insert(at, b);
+                    header_len += usize::from(at < len);
+                }
+                _ => {
+                    body.remove(at);
+                    header_len -= usize::from(at < len);
+                }
+            }
+            check(&mut cache, &Bytes::from(body), header_len);
+        }
+    }
+
     #[test]
     fn only_the_wanted_tensors_are_read() {
         // An unread tensor may hold anything; binary data of skipped tensors is stepped over.
@@ -944,9 +1235,14 @@ mod tests {
         let mut body = json.as_bytes().to_vec();
         body.extend_from_slice(&1.0f32.to_le_bytes());
         body.extend_from_slice(&9i32.to_le_bytes());
-        let r = request(&Bytes::from(body), Some(json.len()), "m", "", &|n| {
-            n == "kept"
-        })
+        let r = request(
+            &Bytes::from(body),
+            Some(json.len()),
+            "m",
+            "",
+            &|n| n == "kept",
+            None,
+        )
         .unwrap();
         assert_eq!(r.inputs.len(), 1);
         assert_eq!(r.inputs[0].name, "kept");
