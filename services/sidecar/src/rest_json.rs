@@ -130,7 +130,12 @@ struct Span(usize, usize);
 /// searching for brackets and quotes only; the request's `id` is found on the way (see
 /// [`HeaderCache`]). `None` when the text ends inside a value.
 fn outline(json: &[u8]) -> Option<Outline> {
-    let mut out = Vec::with_capacity(1024);
+    walk(json, false)
+}
+
+/// [`outline`]'s walk; with `only_id`, it stops at the top-level `id` (and outlines nothing).
+fn walk(json: &[u8], only_id: bool) -> Option<Outline> {
+    let mut out = Vec::with_capacity(if only_id { 0 } else { 1024 });
     let mut id = None;
     let (mut at, mut copied, mut depth) = (0usize, 0usize, 0usize);
     while at < json.len() {
@@ -152,10 +157,13 @@ fn outline(json: &[u8]) -> Option<Outline> {
                     if json.get(colon) == Some(&b':') {
                         let start = skip_ws(json, colon + 1);
                         id = Some((start, value_end(json, start)?));
+                        if only_id {
+                            return Some(Outline { text: out, id });
+                        }
                     }
                 }
                 at = end;
-                if is_data {
+                if is_data && !only_id {
                     let colon = skip_ws(json, at);
                     if json.get(colon) == Some(&b':') {
                         let start = skip_ws(json, colon + 1);
@@ -269,15 +277,15 @@ fn read<'a, T: Deserialize<'a>>(outlined: &'a [u8], what: &str) -> Result<T, Res
 
 /// The request's `id` (for the response's `x-request-id` decision), read from its JSON part
 /// only; `None` when it has none or the body is not the protocol's JSON.
+///
+/// On the call's path, for every REST call without an `x-request-id` header: only the text up
+/// to the top-level `id` member is walked (clients write it first), not the whole header (22 us
+/// for a header of 51 tensors). For a body the publisher reads, this is the id it reads (a
+/// valid body has one `id`); a body it refuses is not logged, whatever this says.
 pub fn peek_id(body: &Bytes, header_length: Option<usize>) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Head {
-        #[serde(default)]
-        id: Option<String>,
-    }
-    // On the call's path: the tensors' data is stepped over, not parsed.
-    let (outlined, _, _) = outlined(body, header_length, "request").ok()?;
-    read::<Head>(&outlined.text, "request").ok()?.id
+    let (json, _) = split(body, header_length).ok()?;
+    let (start, end) = walk(&json, true)?.id?;
+    serde_json::from_slice::<Option<String>>(&json[start..end]).ok()?
 }
 
 /// Per publisher thread: what recent JSON headers of binary-data requests described, so that a
@@ -1099,6 +1107,8 @@ mod tests {
                 continue;
             };
             read += 1;
+            // The id handed back to the caller is the one the record carries.
+            assert_eq!(peek_id(&bytes, None).unwrap_or_default(), r.id);
             let Ok(whole) = serde_json::from_slice::<serde_json::Value>(&body) else {
                 continue;
             };
@@ -1165,6 +1175,9 @@ mod tests {
                 let fresh = request(body, Some(len), "m", "1", w, None);
                 let kept = request(body, Some(len), "m", "1", w, Some(cache));
                 assert_eq!(kept, fresh, "{:?}", String::from_utf8_lossy(body));
+                if let Ok(r) = fresh {
+                    assert_eq!(peek_id(body, Some(len)).unwrap_or_default(), r.id);
+                }
             }
         };
         for (id, rows) in [
