@@ -119,6 +119,8 @@ impl Proxy {
         let header_id = header_str(&parts.headers, REQUEST_ID).filter(|v| !v.is_empty());
         let request_encoding = header_str(&parts.headers, "grpc-encoding");
         let exchange = Arc::new(Exchange::default());
+        // Until the call is handed over when its response body is dropped (see `CallInFlight`).
+        let in_flight = publisher.call_in_flight();
         let request_tap = exchange.tap(body, self.max_message_bytes);
         let upstream_started = Instant::now();
         let response = self
@@ -153,6 +155,7 @@ impl Proxy {
                 .or(headers_status)
                 .unwrap_or("error");
             let how = ("model_infer", status, status == "ok");
+            let _handed_over_after_this = &in_flight;
             exchange.finish(captured, &metrics, &publisher, how, |request, response| {
                 CapturedCall {
                     request,
