@@ -1136,13 +1136,8 @@ mod tests {
             ..sample()
         }
         .encode_to_vec();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
+        let mut next = || rng.u64(..);
         let mut both_ok = 0;
         for i in 0..10_000 {
             let mut raw = if i % 2 == 0 { &text_ids } else { &int_ids }.clone();

@@ -383,23 +383,31 @@ pub fn model_dir(name: &str) -> String {
     if name.is_empty() {
         return format!("{MODEL_PARTITION}=__HIVE_DEFAULT_PARTITION__");
     }
-    let mut value = String::with_capacity(name.len());
+    format!("{MODEL_PARTITION}={}", path_segment(name, b'%'))
+}
+
+/// `name` as one path segment, the same on every store and file system: ASCII letters, digits,
+/// `_` and `-` as they are (and `.` unless it is the `escape`), every other byte written
+/// `<escape>XX` (hex); named by its SHA-256 instead when that would pass what a local file
+/// system takes in one segment.
+fn path_segment(name: &str, escape: u8) -> String {
+    let mut segment = String::with_capacity(name.len());
     for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.' {
-            value.push(char::from(b));
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && escape != b'.') {
+            segment.push(char::from(b));
         } else {
-            value.push_str(&format!("%{b:02X}"));
+            segment.push_str(&format!("{}{b:02X}", char::from(escape)));
         }
     }
-    if value.len() > 200 {
+    if segment.len() > 200 {
         use sha2::Digest as _;
         let digest = sha2::Sha256::digest(name.as_bytes());
-        value = digest.iter().fold(String::from("sha256."), |mut s, b| {
+        segment = digest.iter().fold(String::from("sha256."), |mut s, b| {
             s.push_str(&format!("{b:02x}"));
             s
         });
     }
-    format!("{MODEL_PARTITION}={value}")
+    segment
 }
 
 /// The hive partition column of `partition-by-model` (not `model_name`, which every file holds:
@@ -848,23 +856,7 @@ impl Remote {
 /// A name whose escaped form would pass what a local file system takes in one segment (255
 /// bytes) is named by its SHA-256 instead, so that no feature name can fail a flush.
 fn column_file(name: &str) -> String {
-    let mut file = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            file.push(char::from(b));
-        } else {
-            file.push_str(&format!(".{b:02X}"));
-        }
-    }
-    if file.len() > 200 {
-        use sha2::Digest as _;
-        let digest = sha2::Sha256::digest(name.as_bytes());
-        file = digest.iter().fold(String::from("sha256."), |mut s, b| {
-            s.push_str(&format!("{b:02x}"));
-            s
-        });
-    }
-    format!("_featurelog/columns/{file}")
+    format!("_featurelog/columns/{}", path_segment(name, b'.'))
 }
 
 /// The dataset's column names, one file each under `_featurelog/columns/`, created if absent:

@@ -935,19 +935,10 @@ mod tests {
     /// What the model server reads of a logged feature: its raw contents, little-endian.
     fn raw_of(record: &featurelog_schemas::featurelog::v1::Feature) -> Vec<u8> {
         let v = record.values.clone().unwrap_or_default();
-        let mut out = Vec::new();
-        v.fp32_values
-            .iter()
-            .for_each(|x| out.extend(x.to_le_bytes()));
-        v.fp64_values
-            .iter()
-            .for_each(|x| out.extend(x.to_le_bytes()));
-        v.int32_values
-            .iter()
-            .for_each(|x| out.extend(x.to_le_bytes()));
-        v.int64_values
-            .iter()
-            .for_each(|x| out.extend(x.to_le_bytes()));
+        let mut out: Vec<u8> = v.fp32_values.iter().flat_map(|x| x.to_le_bytes()).collect();
+        out.extend(v.fp64_values.iter().flat_map(|x| x.to_le_bytes()));
+        out.extend(v.int32_values.iter().flat_map(|x| x.to_le_bytes()));
+        out.extend(v.int64_values.iter().flat_map(|x| x.to_le_bytes()));
         out
     }
 
@@ -979,13 +970,8 @@ mod tests {
             rule(&["price", "age", "emb", "ctx"], Some("item_id")),
             rule(&["emb", "price"], None),
         ];
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+        let mut next = || rng.u64(..);
         let (mut logged, mut checked) = (0, 0);
         for _ in 0..20_000 {
             let mut raw = good.clone();

@@ -1028,13 +1028,8 @@ mod tests {
         assert_eq!(quick(&plain).as_deref(), Some("req-7"));
         // Bytes changed at random: the id handed back to the caller (and put on the record)
         // is always the one the model server decodes, or none when it decodes none.
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
+        let mut next = || rng.u64(..);
         let mut ids = 0;
         for _ in 0..20_000 {
             let mut m = plain.clone();

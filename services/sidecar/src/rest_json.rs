@@ -1081,13 +1081,8 @@ mod tests {
             ],
             "outputs":[{"name":"score"}]}"#;
         let alphabet = br#"[]{}",:\ 0123456789.-eE datatypeshape"#;
-        let mut seed = 0x853c_49e6_748f_ea9bu64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = fastrand::Rng::with_seed(0x853c_49e6_748f_ea9b);
+        let mut next = || rng.u64(..);
         let (mut read, mut compared) = (0, 0);
         for _ in 0..20_000 {
             let mut body = good.to_vec();
@@ -1206,13 +1201,8 @@ mod tests {
         assert_eq!(&hit.raw_input_contents[2][..], b"\x02\0\0\0ok");
 
         let alphabet = br#"[]{}",:\ 0123456789.-rxnul"#;
-        let mut seed = 0x6a09_e667_f3bc_c908u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = fastrand::Rng::with_seed(0x6a09_e667_f3bc_c908);
+        let mut next = || rng.u64(..);
         for _ in 0..5_000 {
             let mut body = good.to_vec();
             let mut header_len = len;
