@@ -118,9 +118,7 @@ impl Proxy {
         let logged_headers = publisher.capture_headers(&parts.headers);
         let header_id = header_str(&parts.headers, REQUEST_ID).filter(|v| !v.is_empty());
         let request_encoding = header_str(&parts.headers, "grpc-encoding");
-        let exchange = Arc::new(Exchange::default());
-        // Until the call is handed over when its response body is dropped (see `CallInFlight`).
-        let in_flight = publisher.call_in_flight();
+        let exchange = Arc::new(Exchange::new(&publisher));
         let request_tap = exchange.tap(body, self.max_message_bytes);
         let upstream_started = Instant::now();
         let response = self
@@ -155,7 +153,6 @@ impl Proxy {
                 .or(headers_status)
                 .unwrap_or("error");
             let how = ("model_infer", status, status == "ok");
-            let _handed_over_after_this = &in_flight;
             exchange.finish(captured, &metrics, &publisher, how, |request, response| {
                 CapturedCall {
                     request,
@@ -385,6 +382,9 @@ struct RequestHead {
 #[derive(Default)]
 pub(crate) struct Exchange {
     pub(crate) request: Mutex<Option<Captured>>,
+    /// Holds the call in the publisher's count until both taps are done with the exchange
+    /// (see `CallInFlight`): a shutdown waits for it to be handed over.
+    _in_flight: Option<crate::publisher::CallInFlight>,
 }
 
 /// `found` (a request id the call carries, if non-empty), else a generated one, which goes
@@ -401,6 +401,14 @@ pub(crate) fn id_or_generated(found: Option<String>, response_headers: &mut Head
 }
 
 impl Exchange {
+    /// The exchange of a call that `publisher` may log.
+    pub(crate) fn new(publisher: &Publisher) -> Self {
+        Self {
+            request: Mutex::default(),
+            _in_flight: Some(publisher.call_in_flight()),
+        }
+    }
+
     /// The request body, passed through, left here when it is done.
     pub(crate) fn tap<B: Body>(self: &Arc<Self>, body: B, limit: usize) -> Tap<B> {
         let exchange = self.clone();

@@ -900,8 +900,29 @@ fn produce(shared: &Shared, request_id: &str, payload: &[u8], rows: u32, request
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A publisher with a ranker rule and no broker behind it: nothing is produced, the
+    /// queue and the shutdown are what is tested.
+    pub(crate) fn unconnected(
+        config: &PublishConfig,
+    ) -> (Publisher, Arc<Metrics>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("allow-list.toml");
+        std::fs::write(&list, "[[model]]\nname = \"ranker\"\nfeatures = [\"f\"]\n").unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let publisher = Publisher::start(
+            &KafkaConfig::new("127.0.0.1:1"),
+            config,
+            AllowListHandle::load(&list).unwrap(),
+            metrics.clone(),
+            "test".into(),
+            CancellationToken::new(),
+        )
+        .unwrap();
+        (publisher, metrics, dir)
+    }
 
     fn controller() -> AdaptiveController {
         AdaptiveController::new(AdaptiveConfig::default())
@@ -1044,25 +1065,6 @@ mod tests {
             unframe(framed, Some("snappy"), 100, &mut BytesMut::new()),
             Err(Unframe::Compression)
         ));
-    }
-
-    /// A publisher with a ranker rule and no broker behind it: nothing is produced, the
-    /// queue and the shutdown are what is tested.
-    fn unconnected(config: &PublishConfig) -> (Publisher, Arc<Metrics>, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let list = dir.path().join("allow-list.toml");
-        std::fs::write(&list, "[[model]]\nname = \"ranker\"\nfeatures = [\"f\"]\n").unwrap();
-        let metrics = Arc::new(Metrics::new());
-        let publisher = Publisher::start(
-            &KafkaConfig::new("127.0.0.1:1"),
-            config,
-            AllowListHandle::load(&list).unwrap(),
-            metrics.clone(),
-            "test".into(),
-            CancellationToken::new(),
-        )
-        .unwrap();
-        (publisher, metrics, dir)
     }
 
     fn sized_call(bytes: usize) -> CapturedCall {

@@ -214,9 +214,7 @@ impl RestProxy {
         let header_id = header_str(&parts.headers, REQUEST_ID).filter(|v| !v.is_empty());
         let request_encoding = header_str(&parts.headers, "content-encoding");
         let request_header_length = header_length(&parts.headers);
-        let exchange = Arc::new(Exchange::default());
-        // Until the call is handed over when its response body is dropped (see `CallInFlight`).
-        let in_flight = publisher.call_in_flight();
+        let exchange = Arc::new(Exchange::new(&publisher));
         let request_tap = exchange.tap(body, self.max_message_bytes);
         let upstream_started = Instant::now();
         let response = self
@@ -252,7 +250,6 @@ impl RestProxy {
                 "error"
             };
             let how = ("rest_infer", outcome, ok);
-            let _handed_over_after_this = &in_flight;
             exchange.finish(captured, &metrics, &publisher, how, |request, response| {
                 CapturedCall {
                     request,

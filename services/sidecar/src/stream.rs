@@ -404,23 +404,8 @@ mod tests {
 
     #[tokio::test]
     async fn what_waits_for_an_answer_is_bounded_and_counted_when_given_up() {
-        use crate::allowlist::AllowListHandle;
-        use featurelog_kafka::KafkaConfig;
-        use tokio_util::sync::CancellationToken;
-        let dir = tempfile::tempdir().unwrap();
-        let list = dir.path().join("allow-list.toml");
-        std::fs::write(&list, "[[model]]\nname = \"ranker\"\nfeatures = [\"f\"]\n").unwrap();
-        let metrics = Arc::new(Metrics::new());
-        let publisher = Publisher::start(
-            // Nothing listens there: nothing is produced, the pairing is what is tested.
-            &KafkaConfig::new("127.0.0.1:1"),
-            &crate::config::PublishConfig::default(),
-            AllowListHandle::load(&list).unwrap(),
-            metrics.clone(),
-            "test".into(),
-            CancellationToken::new(),
-        )
-        .unwrap();
+        let (publisher, metrics, _dir) =
+            crate::publisher::tests::unconnected(&crate::config::PublishConfig::default());
         let dropped = |reason| {
             metrics
                 .dropped
