@@ -294,11 +294,11 @@ fn depends_on_conditions_can_be_met_and_the_services_point_at_each_other() {
     );
 }
 
-/// Prometheus scrapes each featurelog service at the port its config serves `/metrics` on, and
-/// loads the alerting rules from where they are mounted (tests/docs.rs checks the rules
-/// themselves).
+/// Prometheus scrapes each featurelog service at the port its config serves `/metrics` on and
+/// loads the alerting rules from where they are mounted; Grafana reads that Prometheus and
+/// loads the dashboard (tests/docs.rs checks the rules' and the dashboard's PromQL).
 #[test]
-fn prometheus_scrapes_both_services_and_loads_the_alerting_rules() {
+fn prometheus_scrapes_both_services_and_grafana_reads_it() {
     let doc = compose();
     let all: BTreeMap<String, Yaml> = services(&doc).into_iter().collect();
     let prometheus = &all["prometheus"];
@@ -357,6 +357,38 @@ fn prometheus_scrapes_both_services_and_loads_the_alerting_rules() {
         })
         .collect();
     assert_eq!(jobs, expected);
+
+    // Grafana reads this Prometheus, and loads the dashboards from where they are mounted.
+    let grafana = &all["grafana"];
+    let grafana_mounts: BTreeMap<String, String> = strings(&grafana["volumes"])
+        .iter()
+        .map(|v| {
+            let mut parts = v.split(':');
+            let (source, target) = (parts.next().unwrap(), parts.next().unwrap());
+            (target.to_owned(), source.to_owned())
+        })
+        .collect();
+    let provisioning = compose_dir().join(&grafana_mounts["/etc/grafana/provisioning"]);
+    let datasource = load(&provisioning.join("datasources/prometheus.yml"))
+        .into_iter()
+        .next()
+        .unwrap();
+    let port = strings(&prometheus["ports"])[0]
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        str_of(&datasource["datasources"][0]["url"]),
+        format!("http://prometheus:{port}")
+    );
+    let providers = load(&provisioning.join("dashboards/featurelog.yml"))
+        .into_iter()
+        .next()
+        .unwrap();
+    let path = str_of(&providers["providers"][0]["options"]["path"]);
+    let dashboards = compose_dir().join(&grafana_mounts[&path]);
+    assert!(dashboards.join("featurelog.json").exists(), "{path}");
 }
 
 /// The model's tensor names from a Triton config.pbtxt: (model name, inputs, outputs).

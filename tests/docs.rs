@@ -544,6 +544,148 @@ fn series_labels(text: &str) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
+/// A label matcher: (label, value, whether it is `=`).
+type Matcher = (String, String, bool);
+
+/// What a PromQL expression selects: (metric, its matchers), and the labels it groups or
+/// matches by.
+#[derive(Default)]
+struct Selects {
+    selectors: Vec<(String, Vec<Matcher>)>,
+    grouping: BTreeSet<String>,
+}
+
+impl promql_parser::util::ExprVisitor for Selects {
+    type Error = std::convert::Infallible;
+    fn pre_visit(&mut self, expr: &promql_parser::parser::Expr) -> Result<bool, Self::Error> {
+        use promql_parser::label::MatchOp;
+        use promql_parser::parser::{Expr, LabelModifier, MatrixSelector};
+        let modifier_labels = |m: &LabelModifier| m.labels().labels.clone();
+        match expr {
+            Expr::VectorSelector(vs) | Expr::MatrixSelector(MatrixSelector { vs, .. }) => {
+                let matchers = vs.matchers.matchers.iter().map(|m| {
+                    (
+                        m.name.clone(),
+                        m.value.clone(),
+                        matches!(m.op, MatchOp::Equal),
+                    )
+                });
+                let name = vs.name.clone().unwrap_or_default();
+                self.selectors.push((name, matchers.collect()));
+            }
+            Expr::Aggregate(a) => {
+                self.grouping
+                    .extend(a.modifier.iter().flat_map(modifier_labels));
+            }
+            Expr::Binary(b) => {
+                let matching = b.modifier.iter().filter_map(|m| m.matching.as_ref());
+                self.grouping.extend(matching.flat_map(modifier_labels));
+            }
+            _ => {}
+        }
+        Ok(true)
+    }
+}
+
+/// What the PromQL of compose/ may select: the series the services export, the README that
+/// documents their label values, and the jobs compose/prometheus/prometheus.yml scrapes.
+struct Exported {
+    series: BTreeMap<String, BTreeSet<String>>,
+    readme: String,
+    jobs: BTreeSet<String>,
+}
+
+impl Exported {
+    fn load() -> Self {
+        let mut series = series_labels(&sidecar_exposition());
+        series.extend(series_labels(&joiner_exposition()));
+        assert!(series.contains_key("featurelog_sidecar_added_latency_seconds_bucket"));
+        let prometheus =
+            yaml_rust2::YamlLoader::load_from_str(&read("compose/prometheus/prometheus.yml"))
+                .unwrap();
+        let jobs = prometheus[0]["scrape_configs"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .map(|j| j["job_name"].as_str().unwrap().to_owned())
+            .collect();
+        Self {
+            series,
+            readme: read("README.md"),
+            jobs,
+        }
+    }
+
+    /// Parses `text` (of `what`, for messages) and checks what it selects; returns the labels
+    /// its series can carry, and the `up` jobs it selects. Problems go to `problems`.
+    fn check(
+        &self,
+        what: &str,
+        text: &str,
+        problems: &mut Vec<String>,
+    ) -> (BTreeSet<String>, BTreeSet<String>) {
+        let expr =
+            promql_parser::parser::parse(text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
+        let mut selects = Selects::default();
+        promql_parser::util::walk_expr(&mut selects, &expr).unwrap();
+        let mut labels: BTreeSet<String> = ["instance", "job"].map(String::from).into();
+        let mut up_jobs = BTreeSet::new();
+        for (metric, matchers) in &selects.selectors {
+            if metric == "up" {
+                match matchers.iter().find(|(l, _, eq)| l == "job" && *eq) {
+                    Some((_, job, _)) if self.jobs.contains(job) => {
+                        up_jobs.insert(job.clone());
+                    }
+                    _ => problems.push(format!("{what}: up without a scraped job: {matchers:?}")),
+                }
+                continue;
+            }
+            let Some(has) = self.series.get(metric) else {
+                problems.push(format!("{what}: {metric} is not exported"));
+                continue;
+            };
+            labels.extend(has.iter().cloned());
+            let documented = if metric.starts_with("featurelog_sidecar_") {
+                section(&self.readme, "### Sidecar metrics")
+            } else {
+                section(&self.readme, "### Joiner metrics")
+            };
+            for (label, value, equal) in matchers {
+                if !has.contains(label) {
+                    problems.push(format!("{what}: {metric} has no label {label}"));
+                } else if *equal && !documented.contains(&format!("`{value}`")) {
+                    problems.push(format!(
+                        "{what}: {metric}{{{label}=\"{value}\"}}: `{value}` is not documented"
+                    ));
+                }
+            }
+        }
+        for label in &selects.grouping {
+            if !labels.contains(label) {
+                problems.push(format!(
+                    "{what}: groups by {label}, which its series do not have"
+                ));
+            }
+        }
+        (labels, up_jobs)
+    }
+}
+
+/// The labels a template names (`{{ $labels.x }}` in alerts, `{{x}}` in legends) that `labels`
+/// does not hold.
+fn unknown_template_labels(text: &str, marker: &str, labels: &BTreeSet<String>) -> Vec<String> {
+    text.split(marker)
+        .skip(1)
+        .map(|part| {
+            part.trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|label| !labels.contains(label))
+        .collect()
+}
+
 /// compose/prometheus/alerts.yml, as Prometheus loads it: every expression parses as PromQL and
 /// selects only series the sidecar and the joiner export (histograms by their `_bucket`,
 /// `_sum` and `_count`), by labels those series have and label values the README documents;
@@ -551,70 +693,9 @@ fn series_labels(text: &str) -> BTreeMap<String, BTreeSet<String>> {
 /// misspelt reason would never fire, and nothing else would tell.
 #[test]
 fn alerting_rules_select_only_exported_series_by_documented_labels() {
-    use promql_parser::label::MatchOp;
-    use promql_parser::parser::{Expr, LabelModifier};
-    use promql_parser::util::{ExprVisitor, walk_expr};
-    use yaml_rust2::YamlLoader;
-
-    /// A label matcher: (label, value, whether it is `=`).
-    type Matcher = (String, String, bool);
-    /// What an expression selects: (metric, its matchers), and the labels it groups or
-    /// matches by.
-    #[derive(Default)]
-    struct Selects {
-        selectors: Vec<(String, Vec<Matcher>)>,
-        grouping: BTreeSet<String>,
-    }
-    impl ExprVisitor for Selects {
-        type Error = std::convert::Infallible;
-        fn pre_visit(&mut self, expr: &Expr) -> Result<bool, Self::Error> {
-            let modifier_labels = |m: &LabelModifier| m.labels().labels.clone();
-            match expr {
-                Expr::VectorSelector(vs)
-                | Expr::MatrixSelector(promql_parser::parser::MatrixSelector { vs, .. }) => {
-                    let matchers = vs.matchers.matchers.iter().map(|m| {
-                        (
-                            m.name.clone(),
-                            m.value.clone(),
-                            matches!(m.op, MatchOp::Equal),
-                        )
-                    });
-                    let name = vs.name.clone().unwrap_or_default();
-                    self.selectors.push((name, matchers.collect()));
-                }
-                Expr::Aggregate(a) => {
-                    self.grouping
-                        .extend(a.modifier.iter().flat_map(modifier_labels));
-                }
-                Expr::Binary(b) => {
-                    let matching = b.modifier.iter().filter_map(|m| m.matching.as_ref());
-                    self.grouping.extend(matching.flat_map(modifier_labels));
-                }
-                _ => {}
-            }
-            Ok(true)
-        }
-    }
-
-    let readme = read("README.md");
-    let mut series = series_labels(&sidecar_exposition());
-    series.extend(series_labels(&joiner_exposition()));
-    assert!(series.contains_key("featurelog_sidecar_added_latency_seconds_bucket"));
-    let documented = |metric: &str| {
-        if metric.starts_with("featurelog_sidecar_") {
-            section(&readme, "### Sidecar metrics")
-        } else {
-            section(&readme, "### Joiner metrics")
-        }
-    };
-    let prometheus = YamlLoader::load_from_str(&read("compose/prometheus/prometheus.yml")).unwrap();
-    let jobs: BTreeSet<String> = prometheus[0]["scrape_configs"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|j| j["job_name"].as_str().unwrap().to_owned())
-        .collect();
-    let rules = YamlLoader::load_from_str(&read("compose/prometheus/alerts.yml")).unwrap();
+    let exported = Exported::load();
+    let rules =
+        yaml_rust2::YamlLoader::load_from_str(&read("compose/prometheus/alerts.yml")).unwrap();
     let mut names = BTreeSet::new();
     let mut up_jobs = BTreeSet::new();
     let mut problems = Vec::new();
@@ -625,9 +706,6 @@ fn alerting_rules_select_only_exported_series_by_documented_labels() {
                 .expect("every rule is an alert")
                 .to_owned();
             assert!(names.insert(alert.clone()), "{alert} twice");
-            let text = rule["expr"].as_str().unwrap();
-            let expr = promql_parser::parser::parse(text)
-                .unwrap_or_else(|e| panic!("{alert}: {e}\n{text}"));
             if let Some(d) = rule["for"].as_str() {
                 promql_parser::util::parse_duration(d)
                     .unwrap_or_else(|e| panic!("{alert}: for {d}: {e}"));
@@ -637,67 +715,71 @@ fn alerting_rules_select_only_exported_series_by_documented_labels() {
                 ["critical", "warning", "info"].contains(&severity),
                 "{alert}: severity {severity:?}"
             );
-            for key in ["summary", "description"] {
-                assert!(
-                    rule["annotations"][key]
-                        .as_str()
-                        .is_some_and(|t| t.len() > 20),
-                    "{alert}: no {key}"
-                );
-            }
-            let mut selects = Selects::default();
-            walk_expr(&mut selects, &expr).unwrap();
-            let mut labels: BTreeSet<String> = ["instance", "job"].map(String::from).into();
-            for (metric, matchers) in &selects.selectors {
-                if metric == "up" {
-                    let job = matchers.iter().find(|(l, _, eq)| l == "job" && *eq);
-                    match job {
-                        Some((_, job, _)) if jobs.contains(job) => {
-                            up_jobs.insert(job.clone());
-                        }
-                        _ => problems
-                            .push(format!("{alert}: up without a scraped job: {matchers:?}")),
-                    }
-                    continue;
-                }
-                let Some(has) = series.get(metric) else {
-                    problems.push(format!("{alert}: {metric} is not exported"));
-                    continue;
-                };
-                labels.extend(has.iter().cloned());
-                for (label, value, equal) in matchers {
-                    if !has.contains(label) {
-                        problems.push(format!("{alert}: {metric} has no label {label}"));
-                    } else if *equal && !documented(metric).contains(&format!("`{value}`")) {
-                        problems.push(format!(
-                            "{alert}: {metric}{{{label}=\"{value}\"}}: `{value}` is not documented"
-                        ));
-                    }
-                }
-            }
-            for label in &selects.grouping {
-                if !labels.contains(label) {
-                    problems.push(format!(
-                        "{alert}: groups by {label}, which its series do not have"
-                    ));
-                }
-            }
+            let (labels, jobs) =
+                exported.check(&alert, rule["expr"].as_str().unwrap(), &mut problems);
+            up_jobs.extend(jobs);
             // `{{ $labels.x }}` in the annotations names a label the alert's series keep.
             for key in ["summary", "description"] {
                 let text = rule["annotations"][key].as_str().unwrap_or_default();
-                for part in text.split("$labels.").skip(1) {
-                    let label: String = part
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    if !labels.contains(&label) {
-                        problems.push(format!("{alert}: {key} uses $labels.{label}"));
-                    }
+                assert!(text.len() > 20, "{alert}: no {key}");
+                for label in unknown_template_labels(text, "$labels.", &labels) {
+                    problems.push(format!("{alert}: {key} uses $labels.{label}"));
                 }
             }
         }
     }
     assert!(problems.is_empty(), "{problems:#?}");
-    assert_eq!(up_jobs, jobs, "an `up` alert for every scraped job");
+    assert_eq!(
+        up_jobs, exported.jobs,
+        "an `up` alert for every scraped job"
+    );
     assert!(names.len() >= 10, "{names:?}");
+}
+
+/// compose/grafana: the dashboard's every query parses as PromQL and selects only what the
+/// services export (as the alerting rules must), its legends name labels its series have, and
+/// it reads from the datasource Grafana is provisioned with.
+#[test]
+fn the_dashboard_queries_only_exported_series_from_the_provisioned_datasource() {
+    let exported = Exported::load();
+    let datasources = yaml_rust2::YamlLoader::load_from_str(&read(
+        "compose/grafana/provisioning/datasources/prometheus.yml",
+    ))
+    .unwrap();
+    let uid = datasources[0]["datasources"][0]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("compose/grafana/dashboards/featurelog.json")).unwrap();
+    let mut problems = Vec::new();
+    let mut queries = 0;
+    let mut metrics = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let title = panel["title"].as_str().unwrap();
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            assert_eq!(target["datasource"]["uid"], uid.as_str(), "{title}");
+            // Grafana's own range variable, as it substitutes it.
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "1m");
+            let (labels, _) = exported.check(title, &expr, &mut problems);
+            let legend = target["legendFormat"].as_str().unwrap_or_default();
+            for label in unknown_template_labels(legend, "{{", &labels) {
+                problems.push(format!("{title}: legend names {label}"));
+            }
+            metrics.extend(
+                expr.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .filter(|w| w.starts_with("featurelog_"))
+                    .map(str::to_owned),
+            );
+            queries += 1;
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(
+        queries >= 20 && metrics.len() >= 20,
+        "{queries} queries of {metrics:?}"
+    );
 }
