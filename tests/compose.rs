@@ -294,6 +294,18 @@ fn depends_on_conditions_can_be_met_and_the_services_point_at_each_other() {
     );
 }
 
+/// A service's mounts: path in the container -> path on the host (as written in the file).
+fn bind_mounts(service: &Yaml) -> BTreeMap<String, String> {
+    strings(&service["volumes"])
+        .iter()
+        .map(|v| {
+            let mut parts = v.split(':');
+            let (source, target) = (parts.next().unwrap(), parts.next().unwrap());
+            (target.to_owned(), source.to_owned())
+        })
+        .collect()
+}
+
 /// Prometheus scrapes each featurelog service at the port its config serves `/metrics` on and
 /// loads the alerting rules from where they are mounted; Grafana reads that Prometheus and
 /// loads the dashboard (tests/docs.rs checks the rules' and the dashboard's PromQL).
@@ -302,14 +314,7 @@ fn prometheus_scrapes_both_services_and_grafana_reads_it() {
     let doc = compose();
     let all: BTreeMap<String, Yaml> = services(&doc).into_iter().collect();
     let prometheus = &all["prometheus"];
-    let mounts: BTreeMap<String, String> = strings(&prometheus["volumes"])
-        .iter()
-        .map(|v| {
-            let mut parts = v.split(':');
-            let (source, target) = (parts.next().unwrap(), parts.next().unwrap());
-            (target.to_owned(), source.to_owned())
-        })
-        .collect();
+    let mounts = bind_mounts(prometheus);
     let config = strings(&prometheus["command"])
         .iter()
         .find_map(|a| a.strip_prefix("--config.file=").map(str::to_owned))
@@ -360,14 +365,7 @@ fn prometheus_scrapes_both_services_and_grafana_reads_it() {
 
     // Grafana reads this Prometheus, and loads the dashboards from where they are mounted.
     let grafana = &all["grafana"];
-    let grafana_mounts: BTreeMap<String, String> = strings(&grafana["volumes"])
-        .iter()
-        .map(|v| {
-            let mut parts = v.split(':');
-            let (source, target) = (parts.next().unwrap(), parts.next().unwrap());
-            (target.to_owned(), source.to_owned())
-        })
-        .collect();
+    let grafana_mounts = bind_mounts(grafana);
     let provisioning = compose_dir().join(&grafana_mounts["/etc/grafana/provisioning"]);
     let datasource = load(&provisioning.join("datasources/prometheus.yml"))
         .into_iter()
