@@ -409,6 +409,7 @@ fn sidecar_exposition() -> String {
     m.tls_reloaded(true);
     m.upstream_tls_reloaded(true);
     m.tls_handshake_failed("error");
+    m.dead_letter("delivered");
     m.render()
 }
 
@@ -438,12 +439,16 @@ fn sidecar_metrics_reference_covers_every_metric_and_reason() {
     );
     check_metrics_table(&readme, "### Sidecar metrics", &exposed);
 
-    let mut reasons = Vec::new();
+    let (mut reasons, mut dead_letters) = (Vec::new(), Vec::new());
     for entry in std::fs::read_dir(root().join("services/sidecar/src")).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         reasons.extend(literal_args(&text, "drop_call"));
         reasons.extend(literal_args(&text, "skip_call"));
+        reasons.extend(literal_args(&text, "Rejected::new"));
+        dead_letters.extend(literal_args(&text, "metrics.dead_letter"));
     }
+    assert!(dead_letters.len() >= 3, "{dead_letters:?}");
+    check_documented(part, "dead-letter outcomes", dead_letters);
     // Reasons computed from errors: the sidecar's extraction, its REST bodies' and the tensor
     // decoder's.
     for file in [

@@ -108,6 +108,7 @@ async fn calls_the_sidecar_cannot_log_still_succeed_and_are_counted() {
         return;
     };
     let topic = kafka.unique_topic("sidecar-bad-input", 1).await;
+    let dead = kafka.unique_topic("sidecar-dead-letters", 1).await;
     let (model_addr, _stop) = model_server(&["ranker"]).await;
     let dir = temp_dir();
     let mut config = sidecar_config(
@@ -118,6 +119,7 @@ async fn calls_the_sidecar_cannot_log_still_succeed_and_are_counted() {
         &allow(&["item_price"]),
     );
     config.publish.max_message_bytes = 64 * 1024;
+    config.publish.dead_letter_topic = dead.clone();
     let sidecar = sidecar(config).await;
     let mut direct = client(model_addr).await;
     let mut via = client(sidecar.local_addr).await;
@@ -158,6 +160,56 @@ async fn calls_the_sidecar_cannot_log_still_succeed_and_are_counted() {
     assert_eq!(metrics.records_delivered.get(), 1);
     let records = kafka.read(&topic, 1, Duration::from_secs(60)).await;
     assert_eq!(records[0].key_str(), "good");
+
+    // Each call not logged because of what its caller sent is described on the dead-letter
+    // topic, so that an operator can find the model and the request: not the failed call (the
+    // model's answer says it all), not the good one. Never the tensors.
+    assert_eq!(metrics.dead_letter_count("delivered"), 2);
+    let mut letters = kafka.read(&dead, 2, Duration::from_secs(60)).await;
+    letters.sort_by_key(|l| l.key_str());
+    let keys: Vec<_> = letters.iter().map(|l| l.key_str()).collect();
+    assert_eq!(keys, ["float-ids", "oversized"]);
+    for (letter, reason, detail) in [
+        (&letters[0], "bad_candidate_ids", "item_id"),
+        (&letters[1], "too_large", "65536"),
+    ] {
+        assert_eq!(letter.header("featurelog-error").as_deref(), Some(reason));
+        let source = letter.header("featurelog-source").unwrap();
+        assert!(source.starts_with("sidecar/"), "{source}");
+        let json: serde_json::Value = serde_json::from_slice(&letter.payload).unwrap();
+        assert_eq!(json["reason"], reason);
+        assert_eq!(json["model"], "ranker");
+        assert_eq!(json["binding"], "grpc");
+        assert_eq!(json["request_id"], letter.key_str().as_str());
+        let said = json["detail"].as_str().unwrap();
+        assert!(said.contains(detail), "{reason}: {said}");
+        let mut fields: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        fields.sort_unstable();
+        assert_eq!(
+            fields,
+            [
+                "allow_list_version",
+                "binding",
+                "detail",
+                "model",
+                "model_version",
+                "reason",
+                "request_bytes",
+                "request_id",
+                "served_at",
+                "sidecar"
+            ]
+        );
+    }
+    assert!(
+        letters[1].payload.len() < 1024,
+        "the oversized request stayed in the pod"
+    );
 }
 
 #[tokio::test]

@@ -89,10 +89,12 @@ async fn rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact() {
         return;
     };
     let topic = kafka.unique_topic("sidecar-rest", 2).await;
+    let dead = kafka.unique_topic("sidecar-rest-dead", 1).await;
     let kserve = kserve_server().await;
     let (grpc_model, _stop_model) = model_server(&["ranker"]).await;
     let dir = temp_dir();
     let mut config = sidecar_config(dir.path(), grpc_model, Some(&kafka.config), &topic, ALLOW);
+    config.publish.dead_letter_topic = dead.clone();
     config.rest = Some(RestConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         upstream: format!("http://{}", kserve.addr),
@@ -144,9 +146,43 @@ async fn rest_clients_get_the_model_servers_answers_and_are_logged_bit_exact() {
         String::from_utf8_lossy(&direct)
     );
 
+    // Candidate ids as floats: the model takes them, the sidecar cannot log them. The caller
+    // gets the model's answer; the operator gets a dead letter naming the call.
+    let floats = r#"{"id":"rest-dead-1","inputs":[
+        {"name":"item_id","shape":[2],"datatype":"FP32","data":[1.5,2.5]},
+        {"name":"item_price","shape":[2],"datatype":"FP32","data":[9.5,4.5]}]}"#;
+    let post = |addr: SocketAddr| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /v2/models/other/infer HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{floats}",
+            floats.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.unwrap();
+        let text = String::from_utf8_lossy(&response).into_owned();
+        text[text.find("\r\n\r\n").unwrap()..].to_owned()
+    };
+    let (via, direct) = (post(rest_addr).await, post(kserve.addr).await);
+    assert_eq!(via, direct);
+    assert!(via.contains("score"), "the model answered: {via}");
+
     let metrics = sidecar.metrics.clone();
     sidecar.stop();
     assert_eq!(sidecar.wait().await, 0);
+    assert_eq!(metrics.dropped_count("bad_candidate_ids"), 1);
+    let letters = kafka.read(&dead, 1, Duration::from_secs(60)).await;
+    assert_eq!(letters[0].key_str(), "rest-dead-1");
+    let letter: serde_json::Value = serde_json::from_slice(&letters[0].payload).unwrap();
+    assert_eq!(
+        (&letter["reason"], &letter["binding"], &letter["model"]),
+        (
+            &serde_json::json!("bad_candidate_ids"),
+            &serde_json::json!("rest"),
+            &serde_json::json!("other")
+        )
+    );
+    assert_eq!(letter["request_bytes"], floats.len());
     let records = kafka
         .read(&topic, calls.len(), Duration::from_secs(60))
         .await;

@@ -160,6 +160,18 @@ pub struct PublishConfig {
     /// Calls whose request or response body is larger are forwarded but not logged.
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// Where a call that could not be logged because of what its caller sent (a malformed
+    /// body, tensors whose shape and data disagree, a body over `max-message-bytes`, ...) is
+    /// described: a JSON record with the reason, the model, the request id and what was wrong,
+    /// never the call's tensors or headers. The same default as the joiner's
+    /// `input.dead-letter-topic`, so that one topic tells an operator about both. Empty: none.
+    #[serde(default = "default_dead_letter_topic")]
+    pub dead_letter_topic: String,
+    /// At most this many dead letters a second (a burst of twice as many); the others are
+    /// counted, not sent: a client sending nothing but bad calls must not turn the sidecar
+    /// into a second firehose.
+    #[serde(default = "default_dead_letters_per_second")]
+    pub dead_letters_per_second: u32,
     /// The controller that lowers the logged fraction while Kafka deliveries fail.
     #[serde(default)]
     pub adaptive: AdaptiveConfig,
@@ -206,6 +218,8 @@ impl Default for PublishConfig {
             queue_max_bytes: default_queue_max_bytes(),
             workers: default_workers(),
             max_message_bytes: default_max_message_bytes(),
+            dead_letter_topic: default_dead_letter_topic(),
+            dead_letters_per_second: default_dead_letters_per_second(),
             adaptive: AdaptiveConfig::default(),
         }
     }
@@ -234,6 +248,12 @@ fn default_workers() -> usize {
 }
 fn default_max_message_bytes() -> usize {
     64 * 1024 * 1024
+}
+fn default_dead_letter_topic() -> String {
+    "featurelog.dead-letter".into()
+}
+fn default_dead_letters_per_second() -> u32 {
+    10
 }
 fn default_true() -> bool {
     true
@@ -356,6 +376,12 @@ impl SidecarConfig {
         }
         let p = &self.publish;
         featurelog_kafka::check_topic_name("publish.topic", &p.topic)?;
+        if !p.dead_letter_topic.is_empty() {
+            featurelog_kafka::check_topic_name("publish.dead-letter-topic", &p.dead_letter_topic)?;
+            if p.dead_letter_topic == p.topic {
+                return Err("publish.dead-letter-topic must differ from publish.topic: dead letters are JSON, and a joiner reading them as feature logs would dead-letter them in turn".into());
+            }
+        }
         if p.max_message_bytes == 0 {
             return Err("publish.max-message-bytes must be at least 1".into());
         }
@@ -443,6 +469,24 @@ mod tests {
             &[("FEATURELOG_SIDECAR__PUBLISH__TOPIC", "feature logs")],
             "not a legal Kafka topic name",
         );
+        refused(
+            MINIMAL,
+            &[(
+                "FEATURELOG_SIDECAR__PUBLISH__DEAD_LETTER_TOPIC",
+                "featurelog.feature-log.v1",
+            )],
+            "must differ from publish.topic",
+        );
+        refused(
+            MINIMAL,
+            &[(
+                "FEATURELOG_SIDECAR__PUBLISH__DEAD_LETTER_TOPIC",
+                "dead letters",
+            )],
+            "publish.dead-letter-topic",
+        );
+        let none = [("FEATURELOG_SIDECAR__PUBLISH__DEAD_LETTER_TOPIC", "")];
+        assert!(parse(MINIMAL, &none).is_ok(), "an empty topic sends none");
         // A misspelt librdkafka property, and a secret quoted by the TOML parser: neither
         // message shows the value.
         let typo = format!("{MINIMAL}\n[kafka.properties]\n\"sasl.pasword\" = \"hunter2\"\n");

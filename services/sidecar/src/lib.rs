@@ -16,6 +16,7 @@
 
 pub mod allowlist;
 pub mod config;
+pub mod dead_letter;
 pub mod direct;
 mod error;
 pub mod extract;

@@ -26,6 +26,13 @@ pub struct Reason {
     pub reason: &'static str,
 }
 
+/// An outcome label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    /// How it ended.
+    pub outcome: &'static str,
+}
+
 /// An allow-list version label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Version {
@@ -53,6 +60,9 @@ pub struct Metrics {
     pub dropped: Family<Reason, Counter>,
     /// Calls not logged by design: model not allow-listed, not sampled, failed call.
     pub skipped: Family<Reason, Counter>,
+    /// Dead letters (calls not logged because of what the caller sent), by outcome:
+    /// `delivered`, `failed`, `rate_limited`.
+    pub dead_letters: Family<Outcome, Counter>,
     /// Calls waiting for a publisher thread.
     pub queue_depth: Gauge,
     /// Body bytes the queued calls hold.
@@ -104,6 +114,7 @@ impl Metrics {
             record_bytes: Counter::default(),
             dropped: Family::default(),
             skipped: Family::default(),
+            dead_letters: Family::default(),
             queue_depth: Gauge::default(),
             queue_bytes: Gauge::default(),
             producer_in_flight: Gauge::default(),
@@ -158,6 +169,11 @@ impl Metrics {
             "skipped",
             "Calls not logged by design (not allow-listed, not sampled, failed)",
             m.skipped.clone(),
+        );
+        registry.register(
+            "dead_letters",
+            "Dead letters of calls not logged because of what their caller sent, by outcome",
+            m.dead_letters.clone(),
         );
         registry.register(
             "queue_depth",
@@ -256,6 +272,16 @@ impl Metrics {
     /// The count of drops for `reason`.
     pub fn dropped_count(&self, reason: &'static str) -> u64 {
         self.dropped.get_or_create(&Reason { reason }).get()
+    }
+
+    /// Counts a dead letter's `outcome`: `delivered`, `failed` or `rate_limited`.
+    pub fn dead_letter(&self, outcome: &'static str) {
+        self.dead_letters.get_or_create(&Outcome { outcome }).inc();
+    }
+
+    /// The count of dead letters with `outcome`.
+    pub fn dead_letter_count(&self, outcome: &'static str) -> u64 {
+        self.dead_letters.get_or_create(&Outcome { outcome }).get()
     }
 
     /// Records a load of the client port's TLS files (at start-up, or a change).

@@ -33,6 +33,7 @@ use prost::Message;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::dead_letter::Rejected;
 use crate::metrics::Metrics;
 use crate::publisher::{CapturedCall, Publisher};
 use crate::stream::{StreamLog, messages};
@@ -325,7 +326,33 @@ impl Exchange {
             return metrics.drop_call("incomplete_call");
         }
         if request.overflow || response.overflow {
-            return metrics.drop_call("too_large");
+            // The request, or its head when it is the large one, names the model and the call.
+            let named = if request.overflow {
+                vec![Bytes::from(request.head)]
+            } else {
+                request.chunks
+            };
+            let head = call(named, Vec::new());
+            let (model, version) = match &head.rest {
+                Some(rest) => (rest.model.clone(), rest.version.clone()),
+                None => crate::publisher::request_model(&head.request)
+                    .map(|(m, v)| (m.to_owned(), v.to_owned()))
+                    .unwrap_or_default(),
+            };
+            let (body, size) = if request.overflow {
+                ("request", request.len)
+            } else {
+                ("response", response.len)
+            };
+            let binding = if head.rest.is_some() { "rest" } else { "grpc" };
+            let detail = format!(
+                "the {body} body ({size} bytes) is larger than publish.max-message-bytes ({} bytes)",
+                publisher.max_message_bytes()
+            );
+            let rejected = Rejected::new("too_large", binding, detail)
+                .model(&model, &version)
+                .call(&head.fallback_request_id, request.len, head.served_at);
+            return publisher.reject(rejected);
         }
         publisher.submit(call(request.chunks, response.chunks));
     }

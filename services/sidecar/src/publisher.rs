@@ -20,13 +20,16 @@ use featurelog_kafka::KafkaConfig;
 use featurelog_schemas::inference::ModelInferResponse;
 use prost::Message;
 use rdkafka::ClientContext;
+use rdkafka::Message as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use tokio_util::sync::CancellationToken;
 
 use crate::SidecarError;
 use crate::allowlist::{AllowList, AllowListHandle};
 use crate::config::{AdaptiveConfig, PublishConfig};
+use crate::dead_letter::{Budget, Rejected};
 use crate::direct::PlanCache;
 use crate::extract::{CallContext, extract};
 use crate::metrics::Metrics;
@@ -111,6 +114,17 @@ struct Window {
 struct DeliveryContext {
     metrics: Arc<Metrics>,
     window: Arc<Window>,
+    /// Whether a dead letter's failure has been logged: the first says what to do, the rest
+    /// are counted (a missing topic would fail every one).
+    dead_letter_failed: AtomicBool,
+}
+
+/// What a produced record was, for its delivery report.
+enum Sent {
+    /// A FeatureLog record, produced at that instant.
+    Record(Instant),
+    /// A dead letter.
+    DeadLetter,
 }
 
 impl ClientContext for DeliveryContext {
@@ -126,9 +140,26 @@ impl ClientContext for DeliveryContext {
 }
 
 impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = Box<Instant>;
+    type DeliveryOpaque = Box<Sent>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, produced_at: Box<Instant>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Sent>) {
+        let produced_at = match *sent {
+            Sent::Record(at) => at,
+            Sent::DeadLetter => {
+                let Err((err, message)) = result else {
+                    return self.metrics.dead_letter("delivered");
+                };
+                self.metrics.dead_letter("failed");
+                if !self.dead_letter_failed.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        topic = message.topic(),
+                        %err,
+                        "a dead letter was not delivered (later failures are only counted, in featurelog_sidecar_dead_letters_total{{outcome=\"failed\"}}): create the topic, or set publish.dead-letter-topic = \"\" to send none"
+                    );
+                }
+                return;
+            }
+        };
         match result {
             Ok(_) => {
                 self.metrics.records_delivered.inc();
@@ -202,6 +233,51 @@ struct Shared {
     queue_max_bytes: u64,
     /// Calls that may still be handed over (see [`CallInFlight`]).
     calls_in_flight: AtomicU64,
+    /// `publish.dead-letter-topic`, unless empty.
+    dead_letter_topic: Option<String>,
+    /// `publish.dead-letters-per-second`.
+    dead_letter_budget: Mutex<Budget>,
+}
+
+impl Shared {
+    /// Counts a call that was not logged because of what its caller sent, and describes it on
+    /// the dead-letter topic (within the budget). Never waits: a full producer queue counts
+    /// the dead letter as failed.
+    fn reject(&self, rejected: Rejected) {
+        self.metrics.drop_call(rejected.reason);
+        tracing::debug!(reason = rejected.reason, model = %rejected.model, request_id = %rejected.request_id, "not logged: {}", rejected.detail);
+        let Some(topic) = &self.dead_letter_topic else {
+            return;
+        };
+        let admitted = self
+            .dead_letter_budget
+            .lock()
+            .is_ok_and(|mut b| b.take(Instant::now()));
+        if !admitted {
+            return self.metrics.dead_letter("rate_limited");
+        }
+        let payload = rejected.to_json(&self.instance, &self.allow_list.peek().version);
+        let source = format!("sidecar/{}", self.instance);
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: crate::dead_letter::ERROR_HEADER,
+                value: Some(rejected.reason),
+            })
+            .insert(Header {
+                key: crate::dead_letter::SOURCE_HEADER,
+                value: Some(&source),
+            });
+        let mut record = BaseRecord::with_opaque_to(topic, Box::new(Sent::DeadLetter))
+            .payload(&payload)
+            .headers(headers);
+        if !rejected.request_id.is_empty() {
+            record = record.key(rejected.request_id.as_bytes());
+        }
+        if let Err((err, _)) = self.producer.send(record) {
+            tracing::debug!(%err, "dead letter not produced");
+            self.metrics.dead_letter("failed");
+        }
+    }
 }
 
 /// A proxied call that may still reach [`Publisher::submit`], held by the call until it is
@@ -242,6 +318,7 @@ impl Publisher {
             .create_with_context(DeliveryContext {
                 metrics: metrics.clone(),
                 window: window.clone(),
+                dead_letter_failed: AtomicBool::new(false),
             })
             .map_err(|source| SidecarError::Producer {
                 topic: config.topic.clone(),
@@ -261,6 +338,8 @@ impl Publisher {
             queue_len: AtomicU64::new(0),
             queue_bytes: AtomicU64::new(0),
             queue_max_bytes: config.queue_max_bytes as u64,
+            dead_letter_topic: Some(config.dead_letter_topic.clone()).filter(|t| !t.is_empty()),
+            dead_letter_budget: Mutex::new(Budget::new(config.dead_letters_per_second)),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(config.queue_capacity);
         let rx = Arc::new(Mutex::new(rx));
@@ -353,6 +432,28 @@ impl Publisher {
                 });
             }
         }
+    }
+
+    /// `publish.max-message-bytes`.
+    pub(crate) fn max_message_bytes(&self) -> usize {
+        self.shared.max_message_bytes
+    }
+
+    /// Counts a call that the proxy found it cannot log because of what its caller sent, and
+    /// describes it on the dead-letter topic, unless it names a model the allow list does not
+    /// log (which is no loss).
+    pub(crate) fn reject(&self, rejected: Rejected) {
+        if !rejected.model.is_empty()
+            && self
+                .shared
+                .allow_list
+                .peek()
+                .rule(&rejected.model, &rejected.model_version)
+                .is_none()
+        {
+            return self.shared.metrics.skip_call("not_allow_listed");
+        }
+        self.shared.reject(rejected);
     }
 
     /// Counts a call as in flight until the guard is dropped (see [`CallInFlight`]).
@@ -521,7 +622,7 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
 /// encoders write fields in order, read from its first chunk (nearly always the whole body);
 /// `None` when it does not, and the publisher thread's full decode decides. A message that
 /// names another model again further on (no encoder does) is judged by its first name here.
-fn request_model(chunks: &[Bytes]) -> Option<(&str, &str)> {
+pub(crate) fn request_model(chunks: &[Bytes]) -> Option<(&str, &str)> {
     let (0, _, mut rest) = crate::proxy::frame_head(chunks)? else {
         return None;
     };
@@ -556,6 +657,42 @@ pub(crate) enum Unframe {
     Malformed,
     TooLarge,
     Compression,
+}
+
+impl Unframe {
+    /// The drop reason and what was wrong, for a body of `binding` (`grpc`, `rest`) in
+    /// `encoding`, read up to `limit` bytes.
+    pub(crate) fn rejected(
+        &self,
+        binding: &'static str,
+        encoding: Option<&str>,
+        limit: usize,
+    ) -> Rejected {
+        let rest = binding == "rest";
+        let (reason, detail) = match self {
+            Unframe::Malformed if rest => (
+                "malformed_json",
+                format!("the body does not inflate as its Content-Encoding {encoding:?} says"),
+            ),
+            Unframe::Malformed => (
+                "malformed_grpc_frame",
+                "the body is not gRPC's length-prefixed messages, or a message's gzip does not inflate (or has bytes after it)".to_owned(),
+            ),
+            Unframe::TooLarge => (
+                "too_large",
+                format!("a body larger than publish.max-message-bytes ({limit} bytes) once inflated"),
+            ),
+            Unframe::Compression if rest => (
+                "unsupported_compression",
+                format!("Content-Encoding {encoding:?} is not read (identity, gzip and deflate are)"),
+            ),
+            Unframe::Compression => (
+                "unsupported_compression",
+                format!("grpc-encoding {encoding:?} is not read (identity and gzip are)"),
+            ),
+        };
+        Rejected::new(reason, binding, detail)
+    }
 }
 
 /// The chunks as one buffer. `scratch` is the thread's reusable buffer: once the previous
@@ -680,11 +817,18 @@ fn publish_rest(
     let inflated = |chunks, encoding: &Option<String>, scratch: &mut BytesMut| {
         inflate_http(chunks, encoding.as_deref(), limit, scratch)
     };
+    // What a dead letter says of this call, besides what went wrong.
+    let about = |rejected: Rejected, request_id: &str| {
+        rejected
+            .model(&rest.model, &rest.version)
+            .call(request_id, request_size, call.served_at)
+    };
     let body = match inflated(call.request, &call.request_encoding, &mut local.scratch) {
         Ok(b) => b,
-        Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
-        Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
-        Err(Unframe::Malformed) => return metrics.drop_call("malformed_json"),
+        Err(e) => {
+            let rejected = e.rejected("rest", call.request_encoding.as_deref(), limit);
+            return shared.reject(about(rejected, &call.fallback_request_id));
+        }
     };
     let Some(rule) = list.rule(&rest.model, &rest.version) else {
         return metrics.skip_call("not_allow_listed");
@@ -706,8 +850,9 @@ fn publish_rest(
     ) {
         Ok(r) => r,
         Err(err) => {
-            tracing::debug!(model = %rest.model, "REST call not logged: {err}");
-            return metrics.drop_call(err.reason());
+            let rejected = Rejected::new(err.reason(), "rest", err.to_string());
+            let id = body_id(&body, rest.request_header_length).unwrap_or(call.fallback_request_id);
+            return shared.reject(about(rejected, &id));
         }
     };
     let Some(request_id) = admit(shared, rule, request.id.clone(), call.fallback_request_id) else {
@@ -730,14 +875,23 @@ fn publish_rest(
     }
     let response = if !rule.outputs.is_empty() || rule.top_k.is_some() {
         let read = inflated(call.response, &call.response_encoding, &mut BytesMut::new())
-            .map_err(|_| "malformed_response")
+            .map_err(|e| {
+                format!(
+                    "the model server's response: {}",
+                    e.rejected("rest", call.response_encoding.as_deref(), limit)
+                        .detail
+                )
+            })
             .and_then(|body| {
                 crate::rest_json::response(&body, rest.response_header_length, &outputs)
-                    .map_err(|_| "malformed_response")
+                    .map_err(|e| format!("the model server's response: {e}"))
             });
         match read {
             Ok(r) => Some(r),
-            Err(reason) => return metrics.drop_call(reason),
+            Err(detail) => {
+                let rejected = Rejected::new("malformed_response", "rest", detail);
+                return shared.reject(about(rejected, &request_id));
+            }
         }
     } else {
         None
@@ -751,10 +905,16 @@ fn publish_rest(
             request_size,
         ),
         Err(err) => {
-            tracing::debug!(model = %rest.model, %request_id, "not logged: {err}");
-            metrics.drop_call(err.reason());
+            let rejected = Rejected::new(err.reason(), "rest", err.to_string());
+            shared.reject(about(rejected, &request_id));
         }
     }
+}
+
+/// The `id` of a REST request's JSON, read for a dead letter when the body as a whole could
+/// not be: the id the app knows the call by, if it can be found.
+fn body_id(body: &Bytes, header_length: Option<usize>) -> Option<String> {
+    crate::rest_json::peek_id(body, header_length).filter(|id| !id.is_empty())
 }
 
 /// The fast path: the record encoded straight from the request's bytes by the rule's plan
@@ -794,27 +954,51 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     if let Some(rest) = call.rest.take() {
         return publish_rest(shared, call, rest, &list, local);
     }
-    let metrics = &shared.metrics;
     let request_size: usize = call.request.iter().map(Bytes::len).sum();
+    let limit = shared.max_message_bytes;
+    // What a dead letter says of this call, besides what went wrong.
+    let about = |rejected: Rejected, request_id: &str| {
+        rejected.call(request_id, request_size, call.served_at)
+    };
+    // Its first chunk (a reference), so that a dead letter can name the model of a request
+    // that does not decode.
+    let first = call.request.first().cloned().unwrap_or_default();
+    let named = || {
+        request_model(std::slice::from_ref(&first))
+            .map(|(m, v)| (m.to_owned(), v.to_owned()))
+            .unwrap_or_default()
+    };
     let unframed = unframe(
         call.request,
         call.request_encoding.as_deref(),
-        shared.max_message_bytes,
+        limit,
         &mut local.scratch,
     );
     let request_bytes = match unframed {
         Ok(b) => b,
-        Err(Unframe::Malformed) => return metrics.drop_call("malformed_grpc_frame"),
-        Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
-        Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
+        Err(e) => {
+            let (model, version) = named();
+            let rejected = e.rejected("grpc", call.request_encoding.as_deref(), limit);
+            return shared.reject(about(
+                rejected.model(&model, &version),
+                &call.fallback_request_id,
+            ));
+        }
     };
     // One pass over the request: the head picks the rule, the rest is decoded only if logged.
     let mut scanned = match crate::lazy::scan(request_bytes) {
         Ok(s) => s,
-        Err(_) => return metrics.drop_call("malformed_protobuf"),
+        Err(_) => {
+            let (model, version) = named();
+            let rejected = Rejected::new("malformed_protobuf", "grpc", MALFORMED_REQUEST);
+            return shared.reject(about(
+                rejected.model(&model, &version),
+                &call.fallback_request_id,
+            ));
+        }
     };
     let Some(rule) = list.rule(&scanned.model_name, &scanned.model_version) else {
-        return metrics.skip_call("not_allow_listed");
+        return shared.metrics.skip_call("not_allow_listed");
     };
     let own = std::mem::take(&mut scanned.id);
     let Some(request_id) = admit(shared, rule, own, call.fallback_request_id) else {
@@ -831,10 +1015,20 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     else {
         return;
     };
+    let version = scanned.model_version.clone();
     let request = match scanned.decode_for_rule(rule) {
         Ok(r) => r,
-        Err(crate::lazy::LazyError::Malformed) => return metrics.drop_call("malformed_protobuf"),
-        Err(crate::lazy::LazyError::RawCount(err)) => return metrics.drop_call(err.reason()),
+        Err(err) => {
+            let rejected = match err {
+                crate::lazy::LazyError::Malformed => {
+                    Rejected::new("malformed_protobuf", "grpc", MALFORMED_REQUEST)
+                }
+                crate::lazy::LazyError::RawCount(err) => {
+                    Rejected::new(err.reason(), "grpc", err.to_string())
+                }
+            };
+            return shared.reject(about(rejected.model(&rule.name, &version), &request_id));
+        }
     };
     let needs_response = !rule.outputs.is_empty() || rule.top_k.is_some();
     let response = if needs_response {
@@ -844,13 +1038,21 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
             shared.max_message_bytes,
             &mut BytesMut::new(),
         );
-        match framed.map(ModelInferResponse::decode) {
-            Ok(Ok(r)) => Some(r),
-            Ok(Err(_)) | Err(Unframe::Malformed) => {
-                return metrics.drop_call("malformed_response");
+        let rejected = match framed.map(ModelInferResponse::decode) {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(_)) | Err(Unframe::Malformed) => Err(Rejected::new(
+                "malformed_response",
+                "grpc",
+                "the model server's response is not a valid ModelInferResponse",
+            )),
+            Err(e) => Err(e.rejected("grpc", call.response_encoding.as_deref(), limit)),
+        };
+        match rejected {
+            Ok(r) => Some(r),
+            Err(rejected) => {
+                let rejected = rejected.model(&request.model_name, &request.model_version);
+                return shared.reject(about(rejected, &request_id));
             }
-            Err(Unframe::TooLarge) => return metrics.drop_call("too_large"),
-            Err(Unframe::Compression) => return metrics.drop_call("unsupported_compression"),
         }
     } else {
         None
@@ -858,8 +1060,9 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     let record = match extract(rule, &request, response.as_ref(), ctx) {
         Ok(r) => r,
         Err(err) => {
-            tracing::debug!(model = %request.model_name, %request_id, "not logged: {err}");
-            return metrics.drop_call(err.reason());
+            let rejected = Rejected::new(err.reason(), "grpc", err.to_string())
+                .model(&request.model_name, &request.model_version);
+            return shared.reject(about(rejected, &request_id));
         }
     };
     produce(
@@ -871,12 +1074,15 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     );
 }
 
+/// The detail of a request that is not a `ModelInferRequest`.
+const MALFORMED_REQUEST: &str = "the request is not a valid ModelInferRequest (protobuf)";
+
 /// Hands one encoded record to librdkafka (which copies it), counting the outcome.
 fn produce(shared: &Shared, request_id: &str, payload: &[u8], rows: u32, request_size: usize) {
     let metrics = &shared.metrics;
     let rows = u64::from(rows);
     let produced = shared.producer.send(
-        BaseRecord::with_opaque_to(&shared.topic, Box::new(Instant::now()))
+        BaseRecord::with_opaque_to(&shared.topic, Box::new(Sent::Record(Instant::now())))
             .key(request_id.as_bytes())
             .payload(payload),
     );
@@ -1193,5 +1399,110 @@ pub(crate) mod tests {
             ),
             Err(Unframe::Malformed)
         ));
+    }
+
+    /// Calls whose request does not decode are described on the dead-letter topic (the model
+    /// and the id the app knows, never the body), at most the budget's burst at once; the
+    /// others are counted. The embedded broker stands in for Kafka: what is tested is what
+    /// the publisher hands the producer (tests/sidecar_faults.rs does it on a real broker).
+    #[tokio::test]
+    async fn calls_it_cannot_decode_are_dead_lettered_within_the_budget() {
+        use rdkafka::Message as _;
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::Headers;
+
+        let broker = featurelog_kafka::DevBroker::start(1).unwrap();
+        broker.create_topic("dead", 1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("allow-list.toml");
+        std::fs::write(&list, "[[model]]\nname = \"ranker\"\nfeatures = [\"f\"]\n").unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let config = PublishConfig {
+            dead_letter_topic: "dead".into(),
+            dead_letters_per_second: 2,
+            ..PublishConfig::default()
+        };
+        let kafka = KafkaConfig::new(broker.bootstrap_servers());
+        let handle = AllowListHandle::load(&list).unwrap();
+        let publisher = Publisher::start(
+            &kafka,
+            &config,
+            handle,
+            metrics.clone(),
+            "pod-a".into(),
+            CancellationToken::new(),
+        )
+        .unwrap();
+        // Names its model, then is not protobuf. The tensor bytes must not leave.
+        let mut message = featurelog_schemas::inference::ModelInferRequest {
+            model_name: "ranker".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        message.extend([0xff, 0xff, 0xff, b'S', b'E', b'C', b'R', b'E', b'T']);
+        let mut body = vec![0u8];
+        body.extend((message.len() as u32).to_be_bytes());
+        body.extend(message);
+        for i in 0..10 {
+            publisher.submit(CapturedCall {
+                request: vec![Bytes::from(body.clone())],
+                fallback_request_id: format!("req-{i}"),
+                ..sized_call(0)
+            });
+        }
+        assert_eq!(publisher.shutdown(Duration::from_secs(10)).await, 0);
+        assert_eq!(metrics.dropped_count("malformed_protobuf"), 10);
+        let delivered = metrics.dead_letter_count("delivered");
+        // A burst of twice the rate; one more if the ten took over half a second.
+        assert!((4..=5).contains(&delivered), "{delivered} delivered");
+        assert_eq!(metrics.dead_letter_count("rate_limited"), 10 - delivered);
+
+        let consumer: BaseConsumer = kafka
+            .client_config(&[("group.id", "t"), ("auto.offset.reset", "earliest")])
+            .create()
+            .unwrap();
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        assignment
+            .add_partition_offset("dead", 0, rdkafka::Offset::Beginning)
+            .unwrap();
+        consumer.assign(&assignment).unwrap();
+        let mut letters = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while (letters.len() as u64) < delivered && Instant::now() < deadline {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+                letters.push(m.detach());
+            }
+        }
+        assert_eq!(letters.len() as u64, delivered);
+        for (i, letter) in letters.iter().enumerate() {
+            assert_eq!(letter.key(), Some(format!("req-{i}").as_bytes()));
+            let headers = letter.headers().unwrap();
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find(|h| h.key == name)
+                    .and_then(|h| h.value)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+            };
+            assert_eq!(
+                header("featurelog-error").as_deref(),
+                Some("malformed_protobuf")
+            );
+            assert_eq!(
+                header("featurelog-source").as_deref(),
+                Some("sidecar/pod-a")
+            );
+            let payload = letter.payload().unwrap();
+            assert!(
+                !payload.windows(6).any(|w| w == b"SECRET"),
+                "the body left the pod"
+            );
+            let json: serde_json::Value = serde_json::from_slice(payload).unwrap();
+            assert_eq!(json["reason"], "malformed_protobuf");
+            assert_eq!(json["model"], "ranker");
+            assert_eq!(json["request_id"], format!("req-{i}").as_str());
+            assert_eq!(json["request_bytes"], body.len());
+            assert_eq!(json["sidecar"], "pod-a");
+        }
     }
 }

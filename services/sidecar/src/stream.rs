@@ -19,6 +19,7 @@ use std::time::SystemTime;
 use bytes::{Buf, Bytes};
 use http_body::Body;
 
+use crate::dead_letter::Rejected;
 use crate::metrics::Metrics;
 use crate::proxy::{Watch, Watched};
 use crate::publisher::{CapturedCall, Publisher, unframe};
@@ -148,6 +149,9 @@ struct Waiting {
     served_at: SystemTime,
 }
 
+/// The detail of a response message that cannot be read.
+const MALFORMED_RESPONSE: &str = "a response of a ModelStreamInfer stream is not a valid ModelStreamInferResponse (or its gzip does not inflate)";
+
 /// One stream's pairing of requests with responses.
 pub(crate) struct StreamLog {
     publisher: Arc<Publisher>,
@@ -189,7 +193,20 @@ impl StreamLog {
     pub(crate) fn request(&self, message: Message) {
         let request = match message {
             Message::Whole(parts) => parts,
-            Message::TooLarge => return self.metrics.drop_call("too_large"),
+            Message::TooLarge => {
+                let detail = format!(
+                    "a streamed request larger than publish.max-message-bytes ({} bytes)",
+                    self.limit
+                );
+                return self.reject(Rejected::new("too_large", "grpc", detail));
+            }
+        };
+        let size = request.iter().map(Bytes::len).sum::<usize>();
+        let about = |rejected: Rejected| {
+            let (model, version) = crate::publisher::request_model(&request).unwrap_or_default();
+            rejected
+                .model(model, version)
+                .call("", size, SystemTime::now())
         };
         // Uncompressed (nearly always): read in place on the call's path, without a copy.
         let id = if request.first().and_then(|p| p.first()) == Some(&0) {
@@ -202,17 +219,20 @@ impl StreamLog {
                 &mut bytes::BytesMut::new(),
             ) {
                 Ok(message) => string_field(message, 3),
-                Err(crate::publisher::Unframe::Compression) => {
-                    return self.metrics.drop_call("unsupported_compression");
+                Err(e @ crate::publisher::Unframe::Compression) => {
+                    let encoding = self.request_encoding.as_deref();
+                    return self.reject(about(e.rejected("grpc", encoding, self.limit)));
                 }
                 Err(_) => None,
             }
         };
         let Some(id) = id else {
-            return self.metrics.drop_call("malformed_protobuf");
+            let detail = "a streamed request is not a valid ModelInferRequest (protobuf)";
+            return self.reject(about(Rejected::new("malformed_protobuf", "grpc", detail)));
         };
         if id.is_empty() {
-            return self.metrics.drop_call("no_request_id");
+            let detail = "a request of a ModelStreamInfer stream has no id: streamed inferences are paired with their responses, and joined with the app's events, by it";
+            return self.reject(about(Rejected::new("no_request_id", "grpc", detail)));
         }
         let Ok(mut waiting) = self.waiting.lock() else {
             return;
@@ -235,6 +255,11 @@ impl StreamLog {
         });
     }
 
+    /// Counts a request of the stream that cannot be logged, with its dead letter.
+    fn reject(&self, rejected: Rejected) {
+        self.publisher.reject(rejected);
+    }
+
     /// A response message of the stream, as it passes to the caller: its request's pair is
     /// published.
     pub(crate) fn response(&self, message: Message) {
@@ -249,10 +274,18 @@ impl StreamLog {
             self.limit,
             &mut bytes::BytesMut::new(),
         ) else {
-            return self.metrics.drop_call("malformed_response");
+            return self.reject(Rejected::new(
+                "malformed_response",
+                "grpc",
+                MALFORMED_RESPONSE,
+            ));
         };
         let Some((error, response)) = stream_response(message) else {
-            return self.metrics.drop_call("malformed_response");
+            return self.reject(Rejected::new(
+                "malformed_response",
+                "grpc",
+                MALFORMED_RESPONSE,
+            ));
         };
         let Some(id) = response.clone().and_then(|r| string_field(r, 3)) else {
             return;
