@@ -12,6 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod demo;
 mod dev_broker;
 mod diff;
+mod inspect;
 mod join;
 mod sidecar;
 mod signals;
@@ -42,6 +43,10 @@ enum Command {
     /// bootstrap address. For trying featurelog without installing Kafka, not for production:
     /// it keeps everything in memory and loses it on exit.
     DevBroker(dev_broker::Args),
+    /// Print the records of a featurelog topic (feature logs, events, dead letters) as JSON
+    /// lines, decoded: what the sidecar logged, what the apps sent, why something was
+    /// dead-lettered. Reads without a consumer group and commits nothing.
+    Inspect(inspect::Args),
     /// Serve the reference Open Inference Protocol model server (a small recommender that
     /// scores candidates), for the demo, the tests and benchmarks.
     ModelServer(sidecar::ModelServerArgs),
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => diff::run(args),
         Command::Demo(args) => exit(demo::run(args)),
         Command::DevBroker(args) => report(dev_broker::run(args)),
+        Command::Inspect(args) => exit(inspect::run(args)),
     }
 }
 

@@ -16,7 +16,7 @@ fn help_lists_every_subcommand() {
     let out = featurelog(&["--help"]);
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for sub in ["sidecar", "join", "diff", "demo", "dev-broker"] {
+    for sub in ["sidecar", "join", "diff", "demo", "dev-broker", "inspect"] {
         assert!(help.contains(sub), "--help lists {sub}:\n{help}");
     }
 }
