@@ -673,3 +673,76 @@ fn the_kubernetes_joiner_is_a_statefulset_whose_stable_pod_names_are_its_instanc
         assert_eq!(&labels[str_of(k).as_str()], v, "selector {k:?}");
     }
 }
+
+/// On Kubernetes with prometheus-operator: each ServiceMonitor selects the Service of its
+/// example by label, scrapes the port named `metrics` (the config's metrics port) and sets the
+/// `job` the rules' `up` alerts name; scripts/prometheus-rule.sh wraps exactly the rule file's
+/// groups in a PrometheusRule.
+#[test]
+fn prometheus_operator_scrapes_both_services_with_the_rules_jobs() {
+    let monitors = load(&compose_dir().join("k8s/monitoring.yaml"));
+    let rules = std::fs::read_to_string(compose_dir().join("prometheus/alerts.yml")).unwrap();
+    for (monitor, manifest, service) in [
+        ("featurelog-sidecar", "k8s/sidecar.yaml", "ranker"),
+        ("featurelog-joiner", "k8s/joiner.yaml", "featurelog-joiner"),
+    ] {
+        let monitor = find(&monitors, "ServiceMonitor", monitor);
+        let docs = load(&compose_dir().join(manifest));
+        let service = find(&docs, "Service", service);
+        for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+            .as_hash()
+            .unwrap()
+        {
+            assert_eq!(
+                &service["metadata"]["labels"][str_of(key).as_str()],
+                value,
+                "the ServiceMonitor selects the Service"
+            );
+        }
+        let endpoint = &monitor["spec"]["endpoints"][0];
+        assert_eq!(endpoint["path"].as_str(), Some("/metrics"));
+        let port = endpoint["port"].as_str().unwrap();
+        assert!(
+            service["spec"]["ports"]
+                .as_vec()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"].as_str() == Some(port)),
+            "the Service has a port named {port}"
+        );
+        let job = endpoint["relabelings"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .find(|r| r["targetLabel"].as_str() == Some("job"))
+            .and_then(|r| r["replacement"].as_str())
+            .expect("a job relabeling");
+        assert!(
+            rules.contains(&format!("up{{job=\"{job}\"}}")),
+            "an up alert for job {job}"
+        );
+    }
+
+    let output =
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/prometheus-rule.sh"))
+            .env(
+                "PROMETHEUS_RULE_LABELS",
+                "release=kube-prometheus-stack,team=ml",
+            )
+            .output()
+            .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let rule = YamlLoader::load_from_str(&String::from_utf8(output.stdout).unwrap()).unwrap();
+    let rule = &rule[0];
+    assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
+    assert_eq!(
+        rule["metadata"]["labels"]["release"].as_str(),
+        Some("kube-prometheus-stack")
+    );
+    assert_eq!(rule["metadata"]["labels"]["team"].as_str(), Some("ml"));
+    let file = YamlLoader::load_from_str(&rules).unwrap();
+    assert_eq!(
+        rule["spec"]["groups"], file[0]["groups"],
+        "the rule file's groups, all of them"
+    );
+}
