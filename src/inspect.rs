@@ -3,20 +3,32 @@
 use std::io::Write;
 use std::time::Duration;
 
+use std::path::{Path, PathBuf};
+
 use anyhow::Context;
 use featurelog_inspect::{Decode, Options, Start};
+use featurelog_joiner::config::JoinerConfig;
 use featurelog_kafka::KafkaConfig;
+use featurelog_sidecar::SidecarConfig;
 
 use crate::Failure;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Kafka brokers, host:port[,host:port...].
-    #[arg(long, env = "FEATURELOG_KAFKA", value_name = "HOST:PORT")]
-    bootstrap_servers: String,
+    /// Kafka brokers, host:port[,host:port...]; or take them from --config.
+    #[arg(long, value_name = "HOST:PORT")]
+    bootstrap_servers: Option<String>,
+    /// A sidecar or joiner config (with its environment overrides, as the service reads it):
+    /// its `[kafka]` section (brokers, SASL, TLS), and the topic to read when --topic is not
+    /// given: the sidecar's `publish.topic`, the joiner's `input.features-topic`.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// With --config: read its dead-letter topic instead.
+    #[arg(long, requires = "config", conflicts_with = "topic")]
+    dead_letters: bool,
     /// The topic to read.
     #[arg(long)]
-    topic: String,
+    topic: Option<String>,
     /// Only these partitions (repeatable); all by default.
     #[arg(long = "partition", value_name = "N")]
     partitions: Vec<i32>,
@@ -52,8 +64,72 @@ fn humantime_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (e.g. 30s, 2m)"))
 }
 
+/// What a service's config says about reading its topics.
+struct FromConfig {
+    kafka: KafkaConfig,
+    topic: String,
+    dead_letter_topic: String,
+}
+
+/// Reads `path` as the sidecar or the joiner would (a sidecar's config names its `upstream`).
+fn from_config(path: &Path) -> anyhow::Result<FromConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{} is not TOML", path.display()))?;
+    if table.contains_key("upstream") {
+        let config = SidecarConfig::load(path)?;
+        let kafka = config.kafka.with_context(|| {
+            format!(
+                "{} has no [kafka] section (pass-through mode)",
+                path.display()
+            )
+        })?;
+        return Ok(FromConfig {
+            kafka,
+            topic: config.publish.topic,
+            dead_letter_topic: config.publish.dead_letter_topic,
+        });
+    }
+    let config = JoinerConfig::load(path)?;
+    Ok(FromConfig {
+        kafka: config.kafka,
+        topic: config.input.features_topic,
+        dead_letter_topic: config.input.dead_letter_topic,
+    })
+}
+
 pub fn run(args: Args) -> Result<(), Failure> {
-    let mut kafka = KafkaConfig::new(args.bootstrap_servers);
+    let config = args
+        .config
+        .as_deref()
+        .map(from_config)
+        .transpose()
+        .map_err(Failure::Config)?;
+    let mut kafka = match (&config, args.bootstrap_servers) {
+        // The command line wins over the file, as environment variables do.
+        (Some(c), Some(brokers)) => KafkaConfig {
+            bootstrap_servers: brokers,
+            ..c.kafka.clone()
+        },
+        (Some(c), None) => c.kafka.clone(),
+        (None, Some(brokers)) => KafkaConfig::new(brokers),
+        (None, None) => {
+            return Err(Failure::Config(anyhow::anyhow!(
+                "name the brokers: --bootstrap-servers (or FEATURELOG_KAFKA), or --config with a sidecar's or joiner's config"
+            )));
+        }
+    };
+    let topic = match (args.topic, &config) {
+        (Some(topic), _) => topic,
+        (None, Some(c)) if args.dead_letters => c.dead_letter_topic.clone(),
+        (None, Some(c)) => c.topic.clone(),
+        (None, None) => {
+            return Err(Failure::Config(anyhow::anyhow!(
+                "name the topic: --topic, or --config (its feature-log topic, or with --dead-letters its dead-letter topic)"
+            )));
+        }
+    };
     for property in &args.properties {
         let (key, value) = property
             .split_once('=')
@@ -65,7 +141,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         .check()
         .map_err(|e| Failure::Config(anyhow::anyhow!(e)))?;
     let options = Options {
-        topic: args.topic,
+        topic,
         partitions: args.partitions,
         start: args.from,
         limit: args.limit,

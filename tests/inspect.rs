@@ -11,19 +11,16 @@ use featurelog_testkit::serving::{
     client, model_server, ranker_request, sent_values, sidecar, sidecar_config, temp_dir,
 };
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 
-/// Runs `featurelog inspect` with `args`: its exit code, its JSON lines, its stderr.
+/// Runs `featurelog inspect` with `args` (and `--bootstrap-servers brokers` unless empty): its
+/// exit code, its JSON lines, its stderr.
 async fn inspect(brokers: &str, args: &[&str]) -> (i32, Vec<Value>, String) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_featurelog"));
-    command
-        .args([
-            "inspect",
-            "--bootstrap-servers",
-            brokers,
-            "--timeout",
-            "30s",
-        ])
-        .args(args);
+    command.args(["inspect", "--timeout", "30s"]).args(args);
+    if !brokers.is_empty() {
+        command.args(["--bootstrap-servers", brokers]);
+    }
     let output = tokio::task::spawn_blocking(move || command.output().unwrap())
         .await
         .unwrap();
@@ -140,6 +137,62 @@ async fn inspect_shows_what_the_sidecar_logged_and_why_it_dead_lettered_a_call()
     assert!(lines.is_empty());
     let (_, lines, _) = inspect(brokers, &["--topic", &topic, "--limit", "1"]).await;
     assert_eq!(lines.len(), 1);
+
+    // The sidecar's own config says where its topics are (and how to reach the brokers).
+    let file = dir.path().join("sidecar.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "upstream = \"http://{model_addr}\"\nallow-list = \"allow.toml\"\n[kafka]\nbootstrap-servers = \"{brokers}\"\n[publish]\ntopic = \"{topic}\"\ndead-letter-topic = \"{dead}\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("allow.toml"), allow).unwrap();
+    let config = file.to_str().unwrap();
+    let (code, lines, stderr) = inspect("", &["--config", config, "--dead-letters"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["value"]["request_id"], "req-bad");
+    let (_, lines, _) = inspect("", &["--config", config]).await;
+    assert_eq!(lines.len(), 2, "both logged requests");
+
+    // Following: a record produced after it started is printed as it comes.
+    let mut follower = tokio::process::Command::new(env!("CARGO_BIN_EXE_featurelog"))
+        .args(["inspect", "--bootstrap-servers", brokers, "--topic", &dead])
+        .args(["--from", "end", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(follower.stderr.take().unwrap()).lines();
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if line.contains("reading") {
+                return;
+            }
+        }
+        panic!("inspect ended before reading");
+    });
+    started.await.expect("inspect says when it starts reading");
+    let producer = kafka.producer();
+    let record = rdkafka::producer::FutureRecord::to(&dead)
+        .key("later")
+        .payload(r#"{"reason":"bad_bytes","model":"ranker"}"#);
+    producer
+        .send(record, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut stdout = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), stdout.next_line())
+        .await
+        .expect("the new record within 30 s")
+        .unwrap()
+        .unwrap();
+    let line: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(line["key"], "later", "only records from the end on: {line}");
+    assert_eq!(line["value"]["reason"], "bad_bytes");
+    follower.kill().await.unwrap();
 
     // A topic that is not there is an error that says so, not an empty output.
     let missing = format!("{topic}-missing");

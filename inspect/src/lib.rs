@@ -268,6 +268,13 @@ pub fn inspect(
             _ => None,
         })
         .collect();
+    tracing::info!(
+        topic,
+        start = ?next,
+        end = ?ends,
+        follow = options.follow,
+        "reading (offsets by partition)"
+    );
     consumer
         .assign(&assignment)
         .map_err(|source| InspectError::Consume {
