@@ -212,6 +212,60 @@ async fn calls_the_sidecar_cannot_log_still_succeed_and_are_counted() {
     );
 }
 
+/// A dead-letter topic that does not exist (on a broker that will not create it) costs neither
+/// a call nor the shutdown: its dead letters are counted, not left waiting in the producer for
+/// the topic to appear, where the shutdown's flush would wait for them.
+#[tokio::test]
+async fn a_missing_dead_letter_topic_is_counted_and_holds_nothing_up() {
+    let Some(kafka) = kafka("a_missing_dead_letter_topic_is_counted") else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-no-dead-letters", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let mut config = sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&kafka.config),
+        &topic,
+        &allow(&["item_price"]),
+    );
+    config.publish.dead_letter_topic = format!("{topic}-nowhere");
+    // A broker with auto.create.topics.enable would create it when asked: this client does not ask.
+    config
+        .kafka
+        .as_mut()
+        .unwrap()
+        .properties
+        .insert("allow.auto.create.topics".into(), "false".into());
+    let sidecar = sidecar(config).await;
+    let metrics = sidecar.metrics.clone();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            metrics.dead_letter_topic_missing.get() == 1
+        })
+        .await,
+        "the missing dead-letter topic was not noticed"
+    );
+    let mut via = client(sidecar.local_addr).await;
+    let mut float_ids = ranker_request("float-ids", 4, 0, 1, false);
+    float_ids.inputs[0].datatype = "FP32".into();
+    float_ids.inputs[0].contents = Some(TensorValues::Fp32(vec![1.0, 2.0, 3.0, 4.0]).to_contents());
+    via.model_infer(float_ids).await.unwrap();
+    via.model_infer(ranker_request("good", 4, 0, 2, false))
+        .await
+        .unwrap();
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0, "nothing was left in the producer");
+    assert_eq!(metrics.dropped_count("bad_candidate_ids"), 1);
+    assert_eq!(metrics.dead_letter_count("no_topic"), 1);
+    assert_eq!(
+        metrics.records_delivered.get(),
+        1,
+        "the good call is logged"
+    );
+}
+
 #[tokio::test]
 async fn broker_outage_never_fails_a_call_and_logging_resumes() {
     let Some(_shared) = kafka("broker_outage_never_fails_a_call_and_logging_resumes") else {

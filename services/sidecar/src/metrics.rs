@@ -63,6 +63,8 @@ pub struct Metrics {
     /// Dead letters (calls not logged because of what the caller sent), by outcome:
     /// `delivered`, `failed`, `rate_limited`.
     pub dead_letters: Family<Outcome, Counter>,
+    /// 1 while the brokers say the dead-letter topic does not exist.
+    pub dead_letter_topic_missing: Gauge,
     /// Calls waiting for a publisher thread.
     pub queue_depth: Gauge,
     /// Body bytes the queued calls hold.
@@ -115,6 +117,7 @@ impl Metrics {
             dropped: Family::default(),
             skipped: Family::default(),
             dead_letters: Family::default(),
+            dead_letter_topic_missing: Gauge::default(),
             queue_depth: Gauge::default(),
             queue_bytes: Gauge::default(),
             producer_in_flight: Gauge::default(),
@@ -174,6 +177,11 @@ impl Metrics {
             "dead_letters",
             "Dead letters of calls not logged because of what their caller sent, by outcome",
             m.dead_letters.clone(),
+        );
+        registry.register(
+            "dead_letter_topic_missing",
+            "1 while the brokers say the dead-letter topic does not exist (dead letters are then only counted)",
+            m.dead_letter_topic_missing.clone(),
         );
         registry.register(
             "queue_depth",
@@ -274,7 +282,7 @@ impl Metrics {
         self.dropped.get_or_create(&Reason { reason }).get()
     }
 
-    /// Counts a dead letter's `outcome`: `delivered`, `failed` or `rate_limited`.
+    /// Counts a dead letter's `outcome`: `delivered`, `failed`, `rate_limited` or `no_topic`.
     pub fn dead_letter(&self, outcome: &'static str) {
         self.dead_letters.get_or_create(&Outcome { outcome }).inc();
     }

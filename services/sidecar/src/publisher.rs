@@ -237,6 +237,10 @@ struct Shared {
     dead_letter_topic: Option<String>,
     /// `publish.dead-letters-per-second`.
     dead_letter_budget: Mutex<Budget>,
+    /// Set while the brokers say the dead-letter topic does not exist ([`watch_dead_letters`]):
+    /// a record for a missing topic would wait in librdkafka's queue for the topic's metadata
+    /// (30 s), and a shutdown's flush with it.
+    dead_letter_topic_missing: AtomicBool,
 }
 
 impl Shared {
@@ -255,6 +259,9 @@ impl Shared {
             .is_ok_and(|mut b| b.take(Instant::now()));
         if !admitted {
             return self.metrics.dead_letter("rate_limited");
+        }
+        if self.dead_letter_topic_missing.load(Ordering::Relaxed) {
+            return self.metrics.dead_letter("no_topic");
         }
         let payload = rejected.to_json(&self.instance, &self.allow_list.peek().version);
         let source = format!("sidecar/{}", self.instance);
@@ -340,6 +347,7 @@ impl Publisher {
             queue_max_bytes: config.queue_max_bytes as u64,
             dead_letter_topic: Some(config.dead_letter_topic.clone()).filter(|t| !t.is_empty()),
             dead_letter_budget: Mutex::new(Budget::new(config.dead_letters_per_second)),
+            dead_letter_topic_missing: AtomicBool::new(false),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(config.queue_capacity);
         let rx = Arc::new(Mutex::new(rx));
@@ -352,6 +360,7 @@ impl Publisher {
                 .map_err(SidecarError::Thread)?;
             threads.push(thread);
         }
+        tokio::spawn(watch_dead_letters(shared.clone(), shutdown.clone()));
         tokio::spawn(control(
             shared.clone(),
             AdaptiveController::new(config.adaptive.clone()),
@@ -506,6 +515,75 @@ impl Publisher {
         })
         .await;
         joined.unwrap_or(0)
+    }
+}
+
+/// How often a missing dead-letter topic is looked for again.
+const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(30);
+
+/// Asks the brokers whether the dead-letter topic exists, at start and every
+/// [`DEAD_LETTER_TOPIC_CHECK`] until it does: while it does not, dead letters are counted
+/// (`no_topic`) instead of produced. A broker that does not answer changes nothing.
+async fn watch_dead_letters(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let Some(topic) = shared.dead_letter_topic.clone() else {
+        return;
+    };
+    let mut warned = false;
+    loop {
+        let (asking, name) = (shared.clone(), topic.clone());
+        // A thread of its own rather than the runtime's blocking pool: a shutdown must not
+        // wait for a metadata request to a broker that does not answer.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("featurelog-dead-letter-topic".into())
+            .spawn(move || {
+                let metadata = asking
+                    .producer
+                    .client()
+                    .fetch_metadata(Some(&name), Duration::from_secs(10));
+                let exists = metadata.ok().and_then(|m| {
+                    let found = m.topics().iter().find(|t| t.name() == name)?;
+                    Some(found.error().is_none() && !found.partitions().is_empty())
+                });
+                let _ = tx.send(exists);
+            });
+        if spawned.is_err() {
+            return;
+        }
+        let answer = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            answer = rx => answer.ok().flatten(),
+        };
+        match answer {
+            Some(true) => {
+                shared
+                    .dead_letter_topic_missing
+                    .store(false, Ordering::Relaxed);
+                shared.metrics.dead_letter_topic_missing.set(0);
+                if warned {
+                    tracing::info!(%topic, "the dead-letter topic exists now: dead letters are sent");
+                }
+                return;
+            }
+            Some(false) => {
+                shared
+                    .dead_letter_topic_missing
+                    .store(true, Ordering::Relaxed);
+                shared.metrics.dead_letter_topic_missing.set(1);
+                if !warned {
+                    tracing::warn!(
+                        %topic,
+                        "the dead-letter topic does not exist: dead letters are only counted (featurelog_sidecar_dead_letters_total{{outcome=\"no_topic\"}}) until it does. The joiner creates it at start-up; or create it, or set publish.dead-letter-topic = \"\""
+                    );
+                    warned = true;
+                }
+            }
+            None => {}
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(DEAD_LETTER_TOPIC_CHECK) => {}
+        }
     }
 }
 
