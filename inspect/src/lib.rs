@@ -336,7 +336,8 @@ pub fn inspect(
             continue;
         }
         summary.read += 1;
-        let value = render::value(message.payload().unwrap_or_default(), options.decode);
+        let (schema_id, value) =
+            render::read(message.payload().unwrap_or_default(), options.decode);
         if !passes(options, message.key(), &value) {
             continue;
         }
@@ -366,6 +367,9 @@ pub fn inspect(
             }
         }
         line.insert("headers".into(), Value::Object(headers));
+        if let Some(id) = schema_id {
+            line.insert("schema_id".into(), id.into());
+        }
         line.insert("value".into(), value);
         serde_json::to_writer(&mut *out, &Value::Object(line)).map_err(std::io::Error::from)?;
         out.write_all(b"\n")?;

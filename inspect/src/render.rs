@@ -79,6 +79,51 @@ pub fn value(payload: &[u8], decode: Decode) -> Value {
     }
 }
 
+/// A record's value, with the schema id of its Confluent Schema Registry header when it has one
+/// (the Registry's serializers put a 0 byte and a 4-byte schema id in front of a JSON record,
+/// and the message's indexes too in front of a protobuf one; the joiner reads both).
+pub fn read(payload: &[u8], decode: Decode) -> (Option<u32>, Value) {
+    if let Some((id, rest)) = registry_header(payload) {
+        if matches!(decode, Decode::Auto | Decode::Json) {
+            if let Some(v) = json_value(rest) {
+                return (Some(id), v);
+            }
+        }
+        if !matches!(decode, Decode::Json | Decode::Raw) {
+            if let Some(message) = skip_message_indexes(rest) {
+                let v = value(message, decode);
+                if v["kind"] != "raw" {
+                    return (Some(id), v);
+                }
+            }
+        }
+    }
+    (None, value(payload, decode))
+}
+
+/// The schema id and the rest, when `payload` starts as the Registry's wire format does. No
+/// JSON text or protobuf message starts with a 0 byte.
+fn registry_header(payload: &[u8]) -> Option<(u32, &[u8])> {
+    match payload {
+        [0, a, b, c, d, rest @ ..] => Some((u32::from_be_bytes([*a, *b, *c, *d]), rest)),
+        _ => None,
+    }
+}
+
+/// A protobuf record after its message indexes (a zigzag count, then the indexes; 0 for the
+/// first message).
+fn skip_message_indexes(mut rest: &[u8]) -> Option<&[u8]> {
+    let count = prost::encoding::decode_varint(&mut rest).ok()?;
+    let count = (count >> 1) ^ (count & 1).wrapping_neg();
+    if count > 100 {
+        return None;
+    }
+    for _ in 0..count {
+        prost::encoding::decode_varint(&mut rest).ok()?;
+    }
+    Some(rest)
+}
+
 fn json_value(payload: &[u8]) -> Option<Value> {
     serde_json::from_slice(payload).ok()
 }
@@ -396,6 +441,19 @@ mod tests {
         assert_eq!(
             value(&garbage, Decode::Auto),
             json!({"kind": "raw", "size": 3, "bytes": {"hex": "fffe00"}})
+        );
+        // Behind a Schema Registry header, JSON and protobuf alike.
+        let mut framed = vec![0, 0, 0, 0, 42];
+        framed.extend_from_slice(letter);
+        assert_eq!(read(&framed, Decode::Auto).0, Some(42));
+        assert_eq!(read(&framed, Decode::Auto).1["reason"], "shape_mismatch");
+        let mut framed = vec![0, 0, 0, 1, 7, 0];
+        framed.extend(event.encode_to_vec());
+        let (id, shown) = read(&framed, Decode::Auto);
+        assert_eq!((id, &shown["kind"]), (Some(263), &json!("impression")));
+        assert_eq!(
+            read(letter, Decode::Auto),
+            (None, value(letter, Decode::Auto))
         );
         let forced = value(letter, Decode::FeatureLog);
         assert_eq!(forced["kind"], "raw");
