@@ -8,7 +8,8 @@ use std::time::Duration;
 use featurelog_schemas::tensor::TensorValues;
 use featurelog_testkit::kafka;
 use featurelog_testkit::serving::{
-    client, model_server, ranker_request, sent_values, sidecar, sidecar_config, temp_dir,
+    client, float_ids_request, model_server, ranker_request, sent_values, sidecar, sidecar_config,
+    temp_dir,
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
@@ -66,9 +67,7 @@ async fn inspect_shows_what_the_sidecar_logged_and_why_it_dead_lettered_a_call()
     let mut via = client(sidecar.local_addr).await;
     let raw = ranker_request("req-raw", 4, 2, 1, true);
     let typed = ranker_request("req-typed", 3, 0, 2, false);
-    let mut bad = ranker_request("req-bad", 4, 0, 3, false);
-    bad.inputs[0].datatype = "FP32".into();
-    bad.inputs[0].contents = Some(TensorValues::Fp32(vec![1.0, 2.0, 3.0, 4.0]).to_contents());
+    let bad = float_ids_request("req-bad", 3);
     for request in [&raw, &typed, &bad] {
         via.model_infer(request.clone()).await.unwrap();
     }

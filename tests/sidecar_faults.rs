@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use featurelog_schemas::tensor::TensorValues;
 use featurelog_testkit::broker::DedicatedBroker;
 use featurelog_testkit::serving::{
-    client, decode_log, model_server, ranker_request, sidecar, sidecar_config, temp_dir,
+    client, decode_log, float_ids_request, model_server, ranker_request, sidecar, sidecar_config,
+    temp_dir,
 };
 use featurelog_testkit::{eventually, kafka};
 
@@ -124,10 +124,7 @@ async fn calls_the_sidecar_cannot_log_still_succeed_and_are_counted() {
     let mut direct = client(model_addr).await;
     let mut via = client(sidecar.local_addr).await;
 
-    // Candidate ids as floats: the model takes them, the sidecar cannot use them as ids.
-    let mut float_ids = ranker_request("float-ids", 4, 0, 1, false);
-    float_ids.inputs[0].datatype = "FP32".into();
-    float_ids.inputs[0].contents = Some(TensorValues::Fp32(vec![1.0, 2.0, 3.0, 4.0]).to_contents());
+    let float_ids = float_ids_request("float-ids", 1);
     // Larger than max-message-bytes.
     let oversized = ranker_request("oversized", 2000, 10, 2, true);
     // Fine.
@@ -248,10 +245,9 @@ async fn a_missing_dead_letter_topic_is_counted_and_holds_nothing_up() {
         "the missing dead-letter topic was not noticed"
     );
     let mut via = client(sidecar.local_addr).await;
-    let mut float_ids = ranker_request("float-ids", 4, 0, 1, false);
-    float_ids.inputs[0].datatype = "FP32".into();
-    float_ids.inputs[0].contents = Some(TensorValues::Fp32(vec![1.0, 2.0, 3.0, 4.0]).to_contents());
-    via.model_infer(float_ids).await.unwrap();
+    via.model_infer(float_ids_request("float-ids", 1))
+        .await
+        .unwrap();
     via.model_infer(ranker_request("good", 4, 0, 2, false))
         .await
         .unwrap();

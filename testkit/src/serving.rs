@@ -263,6 +263,16 @@ pub fn ranker_request(
     request
 }
 
+/// A ranker request of 4 candidates whose ids are floats: the model takes it, the sidecar
+/// cannot use them as candidate ids (`bad_candidate_ids`), so the call is answered and not
+/// logged.
+pub fn float_ids_request(id: &str, seed: u32) -> ModelInferRequest {
+    let mut request = ranker_request(id, 4, 0, seed, false);
+    request.inputs[0].datatype = "FP32".into();
+    request.inputs[0].contents = Some(TensorValues::Fp32(vec![1.0, 2.0, 3.0, 4.0]).to_contents());
+    request
+}
+
 /// The values a request sent for input `name`, decoded.
 pub fn sent_values(request: &ModelInferRequest, name: &str) -> TensorValues {
     let (i, input) = request
