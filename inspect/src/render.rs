@@ -10,6 +10,7 @@
 use std::time::{Duration, SystemTime};
 
 use featurelog_schemas::featurelog::v1::{DataType, EventType, Feature, FeatureLog, Impression};
+use featurelog_schemas::schema_registry;
 use prost::Message;
 use serde_json::{Map, Value, json};
 
@@ -83,14 +84,14 @@ pub fn value(payload: &[u8], decode: Decode) -> Value {
 /// (the Registry's serializers put a 0 byte and a 4-byte schema id in front of a JSON record,
 /// and the message's indexes too in front of a protobuf one; the joiner reads both).
 pub fn read(payload: &[u8], decode: Decode) -> (Option<u32>, Value) {
-    if let Some((id, rest)) = registry_header(payload) {
+    if let Ok(Some((id, rest))) = schema_registry::header(payload) {
         if matches!(decode, Decode::Auto | Decode::Json) {
             if let Some(v) = json_value(rest) {
                 return (Some(id), v);
             }
         }
         if !matches!(decode, Decode::Json | Decode::Raw) {
-            if let Some(message) = skip_message_indexes(rest) {
+            if let Ok(message) = schema_registry::skip_message_indexes(rest) {
                 let v = value(message, decode);
                 if v["kind"] != "raw" {
                     return (Some(id), v);
@@ -99,29 +100,6 @@ pub fn read(payload: &[u8], decode: Decode) -> (Option<u32>, Value) {
         }
     }
     (None, value(payload, decode))
-}
-
-/// The schema id and the rest, when `payload` starts as the Registry's wire format does. No
-/// JSON text or protobuf message starts with a 0 byte.
-fn registry_header(payload: &[u8]) -> Option<(u32, &[u8])> {
-    match payload {
-        [0, a, b, c, d, rest @ ..] => Some((u32::from_be_bytes([*a, *b, *c, *d]), rest)),
-        _ => None,
-    }
-}
-
-/// A protobuf record after its message indexes (a zigzag count, then the indexes; 0 for the
-/// first message).
-fn skip_message_indexes(mut rest: &[u8]) -> Option<&[u8]> {
-    let count = prost::encoding::decode_varint(&mut rest).ok()?;
-    let count = (count >> 1) ^ (count & 1).wrapping_neg();
-    if count > 100 {
-        return None;
-    }
-    for _ in 0..count {
-        prost::encoding::decode_varint(&mut rest).ok()?;
-    }
-    Some(rest)
 }
 
 fn json_value(payload: &[u8]) -> Option<Value> {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use featurelog_schemas::featurelog::v1::{EventType, Impression};
+use featurelog_schemas::schema_registry;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
@@ -369,39 +370,15 @@ pub fn from_protobuf(payload: &[u8]) -> Result<Event, EventError> {
     from_impression(m)
 }
 
-/// The first byte of Confluent Schema Registry's wire format, followed by a 4-byte schema id
-/// (and, for protobuf, the indexes of the message in its schema) before the record itself.
-const SCHEMA_REGISTRY_MAGIC: u8 = 0;
-
-/// `payload` without the Confluent Schema Registry header that the Registry's serializers
-/// (KafkaJsonSchemaSerializer, KafkaProtobufSerializer and their ports) put in front of every
-/// record, when it has one; else `payload` as it is. Recognised by its first byte: neither a
-/// JSON text nor a protobuf message can start with 0 (field number 0 does not exist), so apps
-/// on the Registry need no setting, and every other record reads as before. The schema id is
-/// not looked up: the fields are read by name (JSON) or as `featurelog.v1.Impression`.
+/// `payload` without the Confluent Schema Registry header (and, for `protobuf`, the message
+/// indexes) that the Registry's serializers put in front of every record, when it has one; else
+/// `payload` as it is ([`schema_registry`]), so apps on the Registry need no setting.
 fn unframe(payload: &[u8], protobuf: bool) -> Result<&[u8], String> {
-    if payload.first() != Some(&SCHEMA_REGISTRY_MAGIC) {
-        return Ok(payload);
+    match schema_registry::header(payload)? {
+        None => Ok(payload),
+        Some((_, rest)) if protobuf => schema_registry::skip_message_indexes(rest),
+        Some((_, rest)) => Ok(rest),
     }
-    let mut rest = payload
-        .get(5..)
-        .ok_or("a Schema Registry header (a 0 byte and a 4-byte schema id) cut short")?;
-    if protobuf {
-        // The message's indexes in its schema: a zigzag varint count, then the indexes; a
-        // count of 0 stands for [0], the first message.
-        let bad = |e: prost::DecodeError| format!("the Schema Registry message indexes: {e}");
-        let count = prost::encoding::decode_varint(&mut rest).map_err(bad)?;
-        let count = (count >> 1) ^ (count & 1).wrapping_neg();
-        if count > 100 {
-            return Err(format!(
-                "the Schema Registry message indexes: {count} of them is not a header"
-            ));
-        }
-        for _ in 0..count {
-            prost::encoding::decode_varint(&mut rest).map_err(bad)?;
-        }
-    }
-    Ok(rest)
 }
 
 /// Checks a decoded Impression and turns it into an event.
@@ -1188,7 +1165,7 @@ mod tests {
     fn schema_registry_framed_events_read_as_plain_ones() {
         let json =
             br#"{"request_id":"r","item_id":"i","event_time":1764439200123,"event_type":"click"}"#;
-        let header = [SCHEMA_REGISTRY_MAGIC, 0, 0, 0, 42];
+        let header = [schema_registry::MAGIC, 0, 0, 0, 42];
         let plain = from_json(json, &JsonFields::default()).unwrap();
         let framed = from_json(&[&header[..], json].concat(), &JsonFields::default()).unwrap();
         assert_eq!(framed, plain);

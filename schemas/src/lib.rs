@@ -6,9 +6,11 @@
 //!   (what a model consumed, per candidate) and [`Impression`](featurelog::v1::Impression) (what the
 //!   app showed and what the user did).
 //! - [`sampling`]: which requests a sample rate keeps, as every side computes it.
+//! - [`schema_registry`]: Confluent Schema Registry's header in front of a record.
 
 mod datatype;
 pub mod sampling;
+pub mod schema_registry;
 pub mod tensor;
 
 /// The Open Inference Protocol (KServe V2), package `inference`.

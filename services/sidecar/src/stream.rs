@@ -201,8 +201,9 @@ impl StreamLog {
                 return self.reject(Rejected::new("too_large", "grpc", detail));
             }
         };
-        let size = request.iter().map(Bytes::len).sum::<usize>();
+        // Only for a request that is not logged: nothing of it is read on the way otherwise.
         let about = |rejected: Rejected| {
+            let size = request.iter().map(Bytes::len).sum::<usize>();
             let (model, version) = crate::publisher::request_model(&request).unwrap_or_default();
             rejected
                 .model(model, version)
