@@ -478,6 +478,7 @@ async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request
     let sidecar = sidecar(config).await;
     let mut via = client(sidecar.local_addr).await;
     let now_ms = 1_764_439_200_000i64;
+    let mut logged = 0u64;
     for seeds in waves {
         let mut app = Vec::new();
         for seed in seeds.clone() {
@@ -495,6 +496,7 @@ async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request
             app.push(app_event(&id, &item(0), t + 10, "impression"));
             app.push(app_event(&id, &item(2), t + 10, "impression"));
             if featurelog_schemas::sampling::sampled(&id, s.sample_rate) {
+                logged += 1;
                 s.expected.insert((id.clone(), item(0)), 0);
                 s.expected.insert((id.clone(), item(2)), 1);
             } else {
@@ -519,7 +521,16 @@ async fn send_requests(s: &mut Setup, waves: &[std::ops::Range<u32>], by_request
         }
     }
     sidecar.stop();
+    let metrics = sidecar.metrics.clone();
     assert_eq!(sidecar.wait().await, 0);
+    // Every row expected needs its request's record: a call the sidecar did not log would
+    // otherwise show up only as rows missing from every dataset.
+    assert_eq!(
+        metrics.records_delivered.get(),
+        logged,
+        "records the sidecar delivered: {}",
+        metrics.render()
+    );
     stop.cancel();
 }
 

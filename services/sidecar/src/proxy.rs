@@ -31,6 +31,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use prost::Message;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::dead_letter::Rejected;
@@ -136,9 +137,13 @@ impl Proxy {
         // Whose id is it? The request's own `id` first, then the caller's header, then ours,
         // which the caller gets back so it can tag its impressions with it.
         // (When the request names itself, the publisher reads the same id from the body.)
-        let found = header_id.or_else(|| {
-            exchange.peek_request_id(request_encoding.as_deref(), self.max_message_bytes)
-        });
+        let found = match header_id {
+            Some(id) => Some(id),
+            None => {
+                exchange.request_seen().await;
+                exchange.peek_request_id(request_encoding.as_deref(), self.max_message_bytes)
+            }
+        };
         let fallback_id = id_or_generated(found, &mut parts.headers);
         // A trailers-only response (an error, usually) carries its status in the headers.
         let headers_status = status_of(&parts.headers);
@@ -154,8 +159,12 @@ impl Proxy {
                 .or(headers_status)
                 .unwrap_or("error");
             let how = ("model_infer", status, status == "ok");
-            exchange.finish(captured, &metrics, &publisher, how, |request, response| {
-                CapturedCall {
+            exchange.finish(
+                captured,
+                metrics,
+                publisher,
+                how,
+                move |request, response| CapturedCall {
                     request,
                     response,
                     request_encoding,
@@ -164,8 +173,8 @@ impl Proxy {
                     served_at,
                     headers: logged_headers,
                     rest: None,
-                }
-            });
+                },
+            );
         });
         let added = started.elapsed().saturating_sub(upstream_time);
         self.metrics.added_latency.observe(added.as_secs_f64());
@@ -303,59 +312,79 @@ pub(crate) fn connector(tls: rustls::ClientConfig, h2: bool) -> HttpsConnector<H
 
 impl Exchange {
     /// The end of a call whose response body was `response`: counts it as `method` with
-    /// `outcome` and, when it `succeeded` and both bodies are whole and within the size limit,
-    /// hands them to `publisher` as `call` makes them into a [`CapturedCall`]. Otherwise the
-    /// skip or drop is counted.
+    /// `outcome` and, when it `succeeded`, logs it with its request once the request's tap is
+    /// done too (`log_call`). The two taps are dropped by different tasks, in either order: on a
+    /// loaded machine the task that forwarded the request can be descheduled between sending
+    /// its end and dropping its body, while the answer comes back through another.
     pub(crate) fn finish(
         &self,
         response: Captured,
-        metrics: &Metrics,
-        publisher: &Publisher,
+        metrics: Arc<Metrics>,
+        publisher: Arc<Publisher>,
         (method, outcome, succeeded): (&'static str, &'static str, bool),
-        call: impl FnOnce(Vec<Bytes>, Vec<Bytes>) -> CapturedCall,
+        call: impl FnOnce(Vec<Bytes>, Vec<Bytes>) -> CapturedCall + Send + 'static,
     ) {
         metrics.count_call(method, outcome);
         if !succeeded {
             return metrics.skip_call("call_failed");
         }
-        let request = self.request.lock().ok().and_then(|mut r| r.take());
-        let Some(request) = request else {
-            return metrics.drop_call("incomplete_call");
-        };
-        if !request.complete || !response.complete {
-            return metrics.drop_call("incomplete_call");
+        let log = move |request: Captured| log_call(request, response, &metrics, &publisher, call);
+        let mut sides = self.sides();
+        match std::mem::take(&mut *sides) {
+            Sides::Request(request) => {
+                drop(sides);
+                log(request);
+            }
+            Sides::Open => *sides = Sides::Response(Box::new(log)),
+            // One response per exchange: nothing else can be here.
+            other @ Sides::Response(_) => *sides = other,
         }
-        if request.overflow || response.overflow {
-            // The request, or its head when it is the large one, names the model and the call.
-            let named = if request.overflow {
-                vec![Bytes::from(request.head)]
-            } else {
-                request.chunks
-            };
-            let head = call(named, Vec::new());
-            let (model, version) = match &head.rest {
-                Some(rest) => (rest.model.clone(), rest.version.clone()),
-                None => crate::publisher::request_model(&head.request)
-                    .map(|(m, v)| (m.to_owned(), v.to_owned()))
-                    .unwrap_or_default(),
-            };
-            let (body, size) = if request.overflow {
-                ("request", request.len)
-            } else {
-                ("response", response.len)
-            };
-            let binding = if head.rest.is_some() { "rest" } else { "grpc" };
-            let detail = format!(
-                "the {body} body ({size} bytes) is larger than publish.max-message-bytes ({} bytes)",
-                publisher.max_message_bytes()
-            );
-            let rejected = Rejected::new("too_large", binding, detail)
-                .model(&model, &version)
-                .call(&head.fallback_request_id, request.len, head.served_at);
-            return publisher.reject(rejected);
-        }
-        publisher.submit(call(request.chunks, response.chunks));
     }
+}
+
+/// Logs a call whose request and response bodies were `request` and `response`, when both are
+/// whole and within the size limit, handing them to `publisher` as `call` makes them into a
+/// [`CapturedCall`]; otherwise counts the drop (and dead-letters a call too large to log).
+fn log_call(
+    request: Captured,
+    response: Captured,
+    metrics: &Metrics,
+    publisher: &Publisher,
+    call: impl FnOnce(Vec<Bytes>, Vec<Bytes>) -> CapturedCall,
+) {
+    if !request.complete || !response.complete {
+        return metrics.drop_call("incomplete_call");
+    }
+    if request.overflow || response.overflow {
+        // The request, or its head when it is the large one, names the model and the call.
+        let named = if request.overflow {
+            vec![Bytes::from(request.head)]
+        } else {
+            request.chunks
+        };
+        let head = call(named, Vec::new());
+        let (model, version) = match &head.rest {
+            Some(rest) => (rest.model.clone(), rest.version.clone()),
+            None => crate::publisher::request_model(&head.request)
+                .map(|(m, v)| (m.to_owned(), v.to_owned()))
+                .unwrap_or_default(),
+        };
+        let (body, size) = if request.overflow {
+            ("request", request.len)
+        } else {
+            ("response", response.len)
+        };
+        let binding = if head.rest.is_some() { "rest" } else { "grpc" };
+        let detail = format!(
+            "the {body} body ({size} bytes) is larger than publish.max-message-bytes ({} bytes)",
+            publisher.max_message_bytes()
+        );
+        let rejected = Rejected::new("too_large", binding, detail)
+            .model(&model, &version)
+            .call(&head.fallback_request_id, request.len, head.served_at);
+        return publisher.reject(rejected);
+    }
+    publisher.submit(call(request.chunks, response.chunks));
 }
 
 pub(crate) fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -405,14 +434,33 @@ struct RequestHead {
     id: String,
 }
 
-/// The request side of a call, left by its tap for the response side.
+/// The two sides of a call, brought together by whichever of their taps is done last.
 #[derive(Default)]
 pub(crate) struct Exchange {
-    pub(crate) request: Mutex<Option<Captured>>,
+    sides: Mutex<Sides>,
+    /// Told when the request's tap is done, for a response that wants its id.
+    request_done: Notify,
     /// Holds the call in the publisher's count until both taps are done with the exchange
     /// (see `CallInFlight`): a shutdown waits for it to be handed over.
     _in_flight: Option<crate::publisher::CallInFlight>,
 }
+
+/// What an [`Exchange`] holds until both of its taps are done.
+#[derive(Default)]
+enum Sides {
+    #[default]
+    Open,
+    /// The request's tap is done first (as nearly always): its capture waits for the response.
+    Request(Captured),
+    /// The response ended first: what logs the call once the request's tap is done.
+    Response(Box<dyn FnOnce(Captured) + Send>),
+}
+
+/// How long a response waits for its request's tap to be done before it chooses the id it
+/// returns. The model server has answered, so the request was sent whole and its tap is done
+/// at once or a moment later; only an upstream that answers before the request ends can make
+/// it wait this long (and then a request that names itself may be returned a generated id).
+const REQUEST_END_WAIT: Duration = Duration::from_millis(500);
 
 /// `found` (a request id the call carries, if non-empty), else a generated one, which goes
 /// into the response's `x-request-id` header so the caller can tag its impressions with it.
@@ -431,70 +479,114 @@ impl Exchange {
     /// The exchange of a call that `publisher` may log.
     pub(crate) fn new(publisher: &Publisher) -> Self {
         Self {
-            request: Mutex::default(),
             _in_flight: Some(publisher.call_in_flight()),
+            ..Self::default()
         }
+    }
+
+    fn sides(&self) -> std::sync::MutexGuard<'_, Sides> {
+        // Nothing panics while holding it; a poisoned lock still holds a consistent value.
+        self.sides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The request body, passed through, left here when it is done.
     pub(crate) fn tap<B: Body>(self: &Arc<Self>, body: B, limit: usize) -> Tap<B> {
         let exchange = self.clone();
-        Tap::new(body, limit, move |captured| {
-            if let Ok(mut slot) = exchange.request.lock() {
-                *slot = Some(captured);
-            }
-        })
+        Tap::new(body, limit, move |captured| exchange.request_done(captured))
+    }
+
+    /// The request's tap is done with `captured`: it waits for the response, or completes a
+    /// call whose response ended first.
+    pub(crate) fn request_done(&self, captured: Captured) {
+        let mut sides = self.sides();
+        if let Sides::Response(log) = std::mem::take(&mut *sides) {
+            drop(sides);
+            return log(captured);
+        }
+        *sides = Sides::Request(captured);
+        drop(sides);
+        self.request_done.notify_waiters();
+    }
+
+    /// Waits, for up to [`REQUEST_END_WAIT`], until the request's tap is done.
+    pub(crate) async fn request_seen(&self) {
+        let notified = self.request_done.notified();
+        tokio::pin!(notified);
+        // Registered before looking, so that a tap done in between still wakes it.
+        notified.as_mut().enable();
+        if matches!(*self.sides(), Sides::Request(_)) {
+            return;
+        }
+        let _ = tokio::time::timeout(REQUEST_END_WAIT, notified).await;
+    }
+
+    /// The request body as its tap captured it, when the tap is done and saw the whole body.
+    pub(crate) fn whole_request<T>(&self, read: impl FnOnce(&Captured) -> T) -> Option<T> {
+        match &*self.sides() {
+            Sides::Request(captured) if captured.complete => Some(read(captured)),
+            _ => None,
+        }
     }
 
     /// The request's `id` field if the whole request body has been seen; `None` otherwise.
     /// Reads the chunks in place: this runs on the call's path, so nothing is copied (but for
     /// a compressed request, which must be inflated as the publisher will).
     fn peek_request_id(&self, encoding: Option<&str>, limit: usize) -> Option<String> {
-        let slot = self.request.lock().ok()?;
-        let captured = slot.as_ref().filter(|c| c.complete)?;
-        if captured.overflow {
-            // Too large to be logged, but the response still gets an `x-request-id` only if
-            // the request names itself nowhere: its chunks are gone, its first bytes remain.
-            return head_id(&captured.head);
-        }
-        if captured.chunks.iter().find(|c| !c.is_empty())?.first() == Some(&1) {
-            // The id the caller gets back must be the one the record carries: the message as
-            // the publisher will read it.
-            let message = crate::publisher::unframe(
-                captured.chunks.clone(),
-                encoding,
-                limit,
-                &mut bytes::BytesMut::new(),
-            )
-            .ok()?;
-            return match request_id(&mut &message[..]) {
-                Ok(id) => Some(id),
-                Err(Unusual) => RequestHead::decode(&message[..]).ok().map(|h| h.id),
-            };
-        }
-        // Nearly always the whole message is in one chunk: read it as a slice, which perf
-        // showed several times cheaper than going field by field through `ChunksBuf`.
-        if let Some(message) = contiguous_message(&captured.chunks) {
-            return match request_id(&mut &message[..]) {
-                Ok(id) => Some(id),
-                Err(Unusual) => RequestHead::decode(message).ok().map(|h| h.id),
-            };
-        }
-        let message = || {
-            let mut buf = ChunksBuf::new(&captured.chunks);
-            if buf.remaining() < 5 || buf.get_u8() != 0 {
-                // Compressed requests: the publisher inflates them; here a compressed message
-                // gives no cheap answer, so assume there is no id.
-                return None;
-            }
-            let len = buf.get_u32() as usize;
-            (len <= buf.remaining()).then(|| buf.take(len))
-        };
-        match request_id(&mut message()?) {
+        self.whole_request(|captured| captured_request_id(captured, encoding, limit))
+            .flatten()
+    }
+}
+
+/// The `id` field of the request a tap captured whole (see `Exchange::peek_request_id`).
+fn captured_request_id(
+    captured: &Captured,
+    encoding: Option<&str>,
+    limit: usize,
+) -> Option<String> {
+    if captured.overflow {
+        // Too large to be logged, but the response still gets an `x-request-id` only if
+        // the request names itself nowhere: its chunks are gone, its first bytes remain.
+        return head_id(&captured.head);
+    }
+    if captured.chunks.iter().find(|c| !c.is_empty())?.first() == Some(&1) {
+        // The id the caller gets back must be the one the record carries: the message as
+        // the publisher will read it.
+        let message = crate::publisher::unframe(
+            captured.chunks.clone(),
+            encoding,
+            limit,
+            &mut bytes::BytesMut::new(),
+        )
+        .ok()?;
+        return match request_id(&mut &message[..]) {
             Ok(id) => Some(id),
-            // Anything unusual: the full decode decides, as the publisher's would.
-            Err(Unusual) => RequestHead::decode(message()?).ok().map(|h| h.id),
+            Err(Unusual) => RequestHead::decode(&message[..]).ok().map(|h| h.id),
+        };
+    }
+    // Nearly always the whole message is in one chunk: read it as a slice, which perf
+    // showed several times cheaper than going field by field through `ChunksBuf`.
+    if let Some(message) = contiguous_message(&captured.chunks) {
+        return match request_id(&mut &message[..]) {
+            Ok(id) => Some(id),
+            Err(Unusual) => RequestHead::decode(message).ok().map(|h| h.id),
+        };
+    }
+    let message = || {
+        let mut buf = ChunksBuf::new(&captured.chunks);
+        if buf.remaining() < 5 || buf.get_u8() != 0 {
+            // Compressed requests: the publisher inflates them; here a compressed message
+            // gives no cheap answer, so assume there is no id.
+            return None;
         }
+        let len = buf.get_u32() as usize;
+        (len <= buf.remaining()).then(|| buf.take(len))
+    };
+    match request_id(&mut message()?) {
+        Ok(id) => Some(id),
+        // Anything unusual: the full decode decides, as the publisher's would.
+        Err(Unusual) => RequestHead::decode(message()?).ok().map(|h| h.id),
     }
 }
 
@@ -1004,6 +1096,111 @@ pub(crate) async fn accept_loop<C: Connections>(
 mod tests {
     use super::*;
 
+    /// A gRPC-framed ModelInferRequest for `model` with the `id` given.
+    fn framed_request(model: &str, id: &str) -> Bytes {
+        let message = featurelog_schemas::inference::ModelInferRequest {
+            model_name: model.into(),
+            id: id.into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut body = vec![0u8];
+        body.extend((message.len() as u32).to_be_bytes());
+        body.extend(message);
+        Bytes::from(body)
+    }
+
+    /// The taps of a call are dropped by different tasks, so the response's can be done
+    /// before the request's (a CI run lost a request's record that way): the call is handed to
+    /// the publisher once the request's tap is done, and a request cut short after its
+    /// response is counted as incomplete.
+    #[tokio::test]
+    async fn a_call_whose_response_is_done_before_its_request_is_still_handed_over() {
+        use crate::config::PublishConfig;
+        let (publisher, metrics, _dir) =
+            crate::publisher::tests::unconnected(&PublishConfig::default());
+        let publisher = Arc::new(publisher);
+        // A model the allow list does not name: handed over, the publisher counts it skipped.
+        let handed_over = || {
+            metrics
+                .skipped
+                .get_or_create(&crate::metrics::Reason {
+                    reason: "not_allow_listed",
+                })
+                .get()
+        };
+        for (i, request_ends) in [true, false].into_iter().enumerate() {
+            let exchange = Arc::new(Exchange::new(&publisher));
+            let mut request = exchange.tap(
+                http_body_util::Full::new(framed_request("other", "r")),
+                1 << 20,
+            );
+            let response = Captured {
+                complete: true,
+                ..Captured::default()
+            };
+            exchange.finish(
+                response,
+                metrics.clone(),
+                publisher.clone(),
+                ("model_infer", "ok", true),
+                |request, response| CapturedCall {
+                    request,
+                    response,
+                    request_encoding: None,
+                    response_encoding: None,
+                    fallback_request_id: "r".into(),
+                    served_at: SystemTime::now(),
+                    headers: Vec::new(),
+                    rest: None,
+                },
+            );
+            assert_eq!(
+                handed_over(),
+                i as u64,
+                "not before the request's tap is done"
+            );
+            if request_ends {
+                while request.frame().await.is_some() {}
+            }
+            drop(request);
+        }
+        assert_eq!(handed_over(), 1);
+        assert_eq!(metrics.dropped_count("incomplete_call"), 1);
+        assert_eq!(publisher.shutdown(Duration::from_secs(5)).await, 0);
+    }
+
+    /// A response whose request's tap is not done yet waits for it (up to
+    /// `REQUEST_END_WAIT`) to learn the request's own id, rather than returning a generated one
+    /// that the logged record would not carry.
+    #[tokio::test(start_paused = true)]
+    async fn a_response_waits_for_its_request_tap_to_learn_the_id() {
+        let exchange = Arc::new(Exchange::default());
+        let late = exchange.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let body = framed_request("ranker", "req-7");
+            late.request_done(Captured {
+                len: body.len(),
+                chunks: vec![body],
+                complete: true,
+                ..Captured::default()
+            });
+        });
+        exchange.request_seen().await;
+        assert_eq!(
+            exchange.peek_request_id(None, 1 << 20).as_deref(),
+            Some("req-7")
+        );
+
+        // A request whose tap is never done: the response goes on without it.
+        let never = Exchange::default();
+        let started = tokio::time::Instant::now();
+        never.request_seen().await;
+        assert!(started.elapsed() >= REQUEST_END_WAIT);
+        assert_eq!(never.peek_request_id(None, 1 << 20), None);
+    }
+
     /// What the full decode says, `None` for an error.
     fn decoded(message: &[u8]) -> Option<String> {
         RequestHead::decode(message).ok().map(|h| h.id)
@@ -1150,7 +1347,7 @@ mod tests {
         body.extend((gz.len() as u32).to_be_bytes());
         body.extend(&gz);
         let exchange = Exchange::default();
-        *exchange.request.lock().unwrap() = Some(Captured {
+        exchange.request_done(Captured {
             // Split across chunks, as a large body arrives.
             chunks: vec![
                 Bytes::copy_from_slice(&body[..7]),
@@ -1190,7 +1387,7 @@ mod tests {
         };
         let peek = |captured: Captured| {
             let exchange = Exchange::default();
-            *exchange.request.lock().unwrap() = Some(captured);
+            exchange.request_done(captured);
             exchange.peek_request_id(None, 1 << 20)
         };
         for (id, split) in [("req-big", 3), ("req-big", 10), ("", 1000)] {
@@ -1262,7 +1459,7 @@ mod tests {
         }
         for (layout, chunks) in layouts.into_iter().enumerate() {
             let exchange = Exchange::default();
-            *exchange.request.lock().unwrap() = Some(Captured {
+            exchange.request_done(Captured {
                 chunks,
                 len: framed.len(),
                 overflow: false,

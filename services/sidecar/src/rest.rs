@@ -231,13 +231,17 @@ impl RestProxy {
 
         // Whose id is it? The body's own `id` first, then the caller's header, then ours,
         // which the caller gets back so it can tag its impressions with it.
-        let found = header_id.or_else(|| {
-            self.peek_id(
-                &exchange,
-                request_encoding.as_deref(),
-                request_header_length,
-            )
-        });
+        let found = match header_id {
+            Some(id) => Some(id),
+            None => {
+                exchange.request_seen().await;
+                self.peek_id(
+                    &exchange,
+                    request_encoding.as_deref(),
+                    request_header_length,
+                )
+            }
+        };
         let fallback_id = id_or_generated(found, &mut parts.headers);
         let ok = parts.status.is_success();
         let response_encoding = header_str(&parts.headers, "content-encoding");
@@ -250,8 +254,12 @@ impl RestProxy {
                 "error"
             };
             let how = ("rest_infer", outcome, ok);
-            exchange.finish(captured, &metrics, &publisher, how, |request, response| {
-                CapturedCall {
+            exchange.finish(
+                captured,
+                metrics,
+                publisher,
+                how,
+                move |request, response| CapturedCall {
                     request,
                     response,
                     request_encoding,
@@ -265,8 +273,8 @@ impl RestProxy {
                         request_header_length,
                         response_header_length,
                     }),
-                }
-            });
+                },
+            );
         });
         let added = started.elapsed().saturating_sub(upstream_time);
         self.metrics.added_latency.observe(added.as_secs_f64());
@@ -281,11 +289,9 @@ impl RestProxy {
         encoding: Option<&str>,
         header_length: Option<usize>,
     ) -> Option<String> {
-        let chunks = {
-            let slot = exchange.request.lock().ok()?;
-            let captured = slot.as_ref().filter(|c| c.complete && !c.overflow)?;
-            captured.chunks.clone()
-        };
+        let chunks = exchange
+            .whole_request(|captured| (!captured.overflow).then(|| captured.chunks.clone()))
+            .flatten()?;
         let body = crate::publisher::inflate_http(
             chunks,
             encoding,
