@@ -137,16 +137,20 @@ impl Proxy {
         // Whose id is it? The request's own `id` first, then the caller's header, then ours,
         // which the caller gets back so it can tag its impressions with it.
         // (When the request names itself, the publisher reads the same id from the body.)
+        // A trailers-only response (an error, usually) carries its status in the headers.
+        let headers_status = status_of(&parts.headers);
         let found = match header_id {
             Some(id) => Some(id),
             None => {
-                exchange.request_seen().await;
+                // An error is not logged: it need not wait for an id (a model server may
+                // refuse a large request before reading it all).
+                if parts.status.is_success() && headers_status != Some("error") {
+                    exchange.request_seen().await;
+                }
                 exchange.peek_request_id(request_encoding.as_deref(), self.max_message_bytes)
             }
         };
         let fallback_id = id_or_generated(found, &mut parts.headers);
-        // A trailers-only response (an error, usually) carries its status in the headers.
-        let headers_status = status_of(&parts.headers);
         let response_encoding = header_str(&parts.headers, "grpc-encoding");
         let metrics = self.metrics.clone();
         let response_tap = Tap::new(body, self.max_message_bytes, move |captured: Captured| {

@@ -234,7 +234,10 @@ impl RestProxy {
         let found = match header_id {
             Some(id) => Some(id),
             None => {
-                exchange.request_seen().await;
+                // An error is not logged: it need not wait for an id (see proxy.rs).
+                if parts.status.is_success() {
+                    exchange.request_seen().await;
+                }
                 self.peek_id(
                     &exchange,
                     request_encoding.as_deref(),
