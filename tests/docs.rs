@@ -410,6 +410,7 @@ fn sidecar_exposition() -> String {
     m.upstream_tls_reloaded(true);
     m.tls_handshake_failed("error");
     m.dead_letter("delivered");
+    m.model("ranker").records.inc();
     m.render()
 }
 
@@ -421,6 +422,7 @@ fn joiner_exposition() -> String {
     m.dead_letters
         .get_or_create(&Label { name: "bad_json" })
         .inc();
+    m.rows_written(["ranker"]);
     m.render()
 }
 

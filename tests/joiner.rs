@@ -1975,7 +1975,10 @@ async fn on_s3_lost_answers_to_conditional_puts_are_taken_for_what_they_did() {
     // counts as its own.
     expect_metric(
         metrics,
-        &format!("featurelog_join_rows_written_total {}", s.expected.len()),
+        &format!(
+            "featurelog_join_rows_written_total{{model=\"ranker\"}} {}",
+            s.expected.len()
+        ),
     )
     .await;
     assert!(joiner.terminate().success());

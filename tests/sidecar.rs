@@ -208,6 +208,15 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
     sidecar.stop();
     assert_eq!(sidecar.wait().await, 0);
     assert_eq!(metrics.records_delivered.get(), 4);
+    // Counted by model: the listed one only, the unlisted model has no series.
+    let exposition = metrics.render();
+    assert!(
+        exposition
+            .lines()
+            .any(|l| l == "featurelog_sidecar_records_produced_total{model=\"ranker\"} 4"),
+        "{exposition}"
+    );
+    assert!(!exposition.contains("model=\"unlisted\""), "{exposition}");
 
     let records = kafka.read(&topic, 4, Duration::from_secs(60)).await;
     let by_key = |k: &str| {

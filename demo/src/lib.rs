@@ -407,7 +407,7 @@ pub async fn run(
         progress(Progress {
             stage: Stage::Joining,
             requests: traffic.requests,
-            records: sidecar.metrics.records_produced.get(),
+            records: sidecar.metrics.produced().records,
             rows: counted.rows,
             expected_rows: expected,
         });
@@ -423,9 +423,12 @@ pub async fn run(
     stop_joiner.cancel();
     let joined = joiner.await;
     stop_sidecar.cancel();
-    let request_bytes = sidecar.metrics.request_bytes.get();
-    let record_bytes = sidecar.metrics.record_bytes.get();
-    let records = sidecar.metrics.records_produced.get();
+    let produced = sidecar.metrics.produced();
+    let (request_bytes, record_bytes, records) = (
+        produced.request_bytes,
+        produced.record_bytes,
+        produced.records,
+    );
     sidecar.wait().await;
     stop_model.cancel();
     let _ = model_task.await;
@@ -624,7 +627,7 @@ async fn send_traffic(
             progress(Progress {
                 stage: Stage::Traffic,
                 requests: answered.load(Ordering::Relaxed),
-                records: metrics.records_produced.get(),
+                records: metrics.produced().records,
                 rows: count_rows(dataset)?.rows,
                 expected_rows: traffic.impressions,
             });

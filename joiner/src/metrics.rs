@@ -19,6 +19,13 @@ pub struct Label {
     pub name: &'static str,
 }
 
+/// A model label: the `model_name` of the feature logs a row was joined from.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Model {
+    /// The model's name.
+    pub model: String,
+}
+
 /// Every metric of one joiner process.
 #[derive(Debug)]
 pub struct JoinMetrics {
@@ -27,8 +34,8 @@ pub struct JoinMetrics {
     /// impression_without_features, unknown_item, labels_without_impression, late, evicted,
     /// duplicate_features, duplicate_events, lost_on_restore.
     pub outcomes: Family<Label, Counter>,
-    /// Rows committed to the dataset.
-    pub rows_written: Counter,
+    /// Rows committed to the dataset, by model.
+    pub rows_written: Family<Model, Counter>,
     /// Of those, written under late/.
     pub late_rows: Counter,
     /// Records sent to the dead-letter topic, by reason.
@@ -63,7 +70,7 @@ impl JoinMetrics {
         let m = Self {
             registry: Registry::default(),
             outcomes: Family::default(),
-            rows_written: Counter::default(),
+            rows_written: Family::default(),
             late_rows: Counter::default(),
             dead_letters: Family::default(),
             events_routed: Counter::default(),
@@ -81,7 +88,7 @@ impl JoinMetrics {
         );
         r.register(
             "rows_written",
-            "Rows committed to the dataset",
+            "Rows committed to the dataset, by model",
             m.rows_written.clone(),
         );
         r.register(
@@ -124,6 +131,25 @@ impl JoinMetrics {
         Self {
             registry: root,
             ..m
+        }
+    }
+
+    /// Counts rows committed: `models` gives each row's model, in order.
+    pub fn rows_written<'a>(&self, models: impl IntoIterator<Item = &'a str>) {
+        // Rows come grouped: a task's rows are nearly always of one model or a few.
+        let mut runs: Vec<(&str, u64)> = Vec::new();
+        for model in models {
+            match runs.iter_mut().find(|(m, _)| *m == model) {
+                Some((_, n)) => *n += 1,
+                None => runs.push((model, 1)),
+            }
+        }
+        for (model, n) in runs {
+            self.rows_written
+                .get_or_create(&Model {
+                    model: model.to_owned(),
+                })
+                .inc_by(n);
         }
     }
 
@@ -214,5 +240,20 @@ mod tests {
             text.contains("featurelog_join_outcomes_total{name=\"late\"} 1"),
             "{text}"
         );
+    }
+
+    /// One series per model, so that a model whose rows stopped shows while others go on.
+    #[test]
+    fn rows_written_are_counted_by_model() {
+        let m = JoinMetrics::new();
+        m.rows_written(["ranker", "ranker", "ads", "ranker"]);
+        m.rows_written(["ads"]);
+        let text = m.render();
+        for line in [
+            "featurelog_join_rows_written_total{model=\"ranker\"} 3",
+            "featurelog_join_rows_written_total{model=\"ads\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in {text}");
+        }
     }
 }

@@ -1537,7 +1537,7 @@ fn flush(
     }
     task.last_state_files = snapshot.files.into_iter().chain([state]).collect();
     metrics.commits.inc();
-    metrics.rows_written.inc_by(task.rows.len() as u64);
+    metrics.rows_written(task.rows.iter().map(|r| r.features.model_name.as_str()));
     metrics.late_rows.inc_by(staged_late as u64);
     tracing::debug!(task = %task.name, epoch, rows = task.rows.len(), "committed");
     task.epoch = epoch;

@@ -977,6 +977,7 @@ fn publish_rest(
     match extract(rule, &request, response.as_ref(), ctx) {
         Ok(record) => produce(
             shared,
+            &rule.name,
             &request_id,
             &record.encode_to_vec(),
             record.row_count,
@@ -1015,7 +1016,14 @@ fn produce_planned(
         return Some(scanned);
     };
     drop(scanned);
-    produce(shared, ctx.request_id, record, rows, request_size);
+    produce(
+        shared,
+        &rule.name,
+        ctx.request_id,
+        record,
+        rows,
+        request_size,
+    );
     // A rare huge record should not pin its memory for the thread's lifetime.
     if record.capacity() > RECORD_BUFFER_KEPT {
         *record = Vec::new();
@@ -1145,6 +1153,7 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
     };
     produce(
         shared,
+        &rule.name,
         &request_id,
         &record.encode_to_vec(),
         record.row_count,
@@ -1155,8 +1164,15 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
 /// The detail of a request that is not a `ModelInferRequest`.
 const MALFORMED_REQUEST: &str = "the request is not a valid ModelInferRequest (protobuf)";
 
-/// Hands one encoded record to librdkafka (which copies it), counting the outcome.
-fn produce(shared: &Shared, request_id: &str, payload: &[u8], rows: u32, request_size: usize) {
+/// Hands one encoded record of `model` to librdkafka (which copies it), counting the outcome.
+fn produce(
+    shared: &Shared,
+    model: &str,
+    request_id: &str,
+    payload: &[u8],
+    rows: u32,
+    request_size: usize,
+) {
     let metrics = &shared.metrics;
     let rows = u64::from(rows);
     let produced = shared.producer.send(
@@ -1166,10 +1182,11 @@ fn produce(shared: &Shared, request_id: &str, payload: &[u8], rows: u32, request
     );
     match produced {
         Ok(()) => {
-            metrics.records_produced.inc();
-            metrics.rows_produced.inc_by(rows);
-            metrics.request_bytes.inc_by(request_size as u64);
-            metrics.record_bytes.inc_by(payload.len() as u64);
+            let counters = metrics.model(model);
+            counters.records.inc();
+            counters.rows.inc_by(rows);
+            counters.request_bytes.inc_by(request_size as u64);
+            counters.record_bytes.inc_by(payload.len() as u64);
         }
         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
             metrics.drop_call("producer_queue_full");
