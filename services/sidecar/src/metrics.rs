@@ -361,6 +361,11 @@ impl Metrics {
         self.dropped.get_or_create(&Reason { reason }).get()
     }
 
+    /// The count of calls skipped for `reason`.
+    pub fn skipped_count(&self, reason: &'static str) -> u64 {
+        self.skipped.get_or_create(&Reason { reason }).get()
+    }
+
     /// Counts a dead letter's `outcome`: `delivered`, `failed`, `rate_limited` or `no_topic`.
     pub fn dead_letter(&self, outcome: &'static str) {
         self.dead_letters.get_or_create(&Outcome { outcome }).inc();

@@ -1125,14 +1125,7 @@ mod tests {
             crate::publisher::tests::unconnected(&PublishConfig::default());
         let publisher = Arc::new(publisher);
         // A model the allow list does not name: handed over, the publisher counts it skipped.
-        let handed_over = || {
-            metrics
-                .skipped
-                .get_or_create(&crate::metrics::Reason {
-                    reason: "not_allow_listed",
-                })
-                .get()
-        };
+        let handed_over = || metrics.skipped_count("not_allow_listed");
         for (i, request_ends) in [true, false].into_iter().enumerate() {
             let exchange = Arc::new(Exchange::new(&publisher));
             let mut request = exchange.tap(
@@ -1151,12 +1144,7 @@ mod tests {
                 |request, response| CapturedCall {
                     request,
                     response,
-                    request_encoding: None,
-                    response_encoding: None,
-                    fallback_request_id: "r".into(),
-                    served_at: SystemTime::now(),
-                    headers: Vec::new(),
-                    rest: None,
+                    ..crate::publisher::tests::sized_call(0)
                 },
             );
             assert_eq!(

@@ -1368,7 +1368,8 @@ pub(crate) mod tests {
         ));
     }
 
-    fn sized_call(bytes: usize) -> CapturedCall {
+    /// A call of `bytes` body bytes (zeros), half request, half response.
+    pub(crate) fn sized_call(bytes: usize) -> CapturedCall {
         CapturedCall {
             request: vec![Bytes::from(vec![0u8; bytes / 2])],
             response: vec![Bytes::from(vec![0u8; bytes - bytes / 2])],
@@ -1398,12 +1399,7 @@ pub(crate) mod tests {
         });
         publisher.shutdown(Duration::from_secs(2)).await;
         handing_over.await.unwrap();
-        let dropped = |reason| {
-            metrics
-                .dropped
-                .get_or_create(&crate::metrics::Reason { reason })
-                .get()
-        };
+        let dropped = |reason| metrics.dropped_count(reason);
         assert_eq!(dropped("shutting_down"), 0);
         assert_eq!(publisher.shared.calls_in_flight.load(Ordering::SeqCst), 0);
     }
@@ -1416,12 +1412,7 @@ pub(crate) mod tests {
         };
         let (publisher, metrics, _dir) = unconnected(&config);
         let call = sized_call;
-        let dropped = |reason| {
-            metrics
-                .dropped
-                .get_or_create(&crate::metrics::Reason { reason })
-                .get()
-        };
+        let dropped = |reason| metrics.dropped_count(reason);
         publisher.submit(call(1001));
         assert_eq!(dropped("queue_full"), 1, "a call larger than the budget");
         publisher.submit(call(600));
@@ -1444,14 +1435,7 @@ pub(crate) mod tests {
                 ..call(0)
             }
         };
-        let skipped = || {
-            metrics
-                .skipped
-                .get_or_create(&crate::metrics::Reason {
-                    reason: "not_allow_listed",
-                })
-                .get()
-        };
+        let skipped = || metrics.skipped_count("not_allow_listed");
         publisher.submit(named("other", 10));
         assert_eq!(skipped(), 1);
         // Its response alone is twice the budget: kept, the call could never be queued.

@@ -440,12 +440,7 @@ mod tests {
     async fn what_waits_for_an_answer_is_bounded_and_counted_when_given_up() {
         let (publisher, metrics, _dir) =
             crate::publisher::tests::unconnected(&crate::config::PublishConfig::default());
-        let dropped = |reason| {
-            metrics
-                .dropped
-                .get_or_create(&crate::metrics::Reason { reason })
-                .get()
-        };
+        let dropped = |reason| metrics.dropped_count(reason);
         let log = StreamLog::new(Arc::new(publisher), metrics.clone(), Vec::new(), None, 1000);
         log.request(request("", 0));
         assert_eq!(dropped("no_request_id"), 1);
