@@ -247,15 +247,103 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
         records.iter().all(|r| r.key_str() != "req-unlisted"),
         "deny by default"
     );
-    assert_eq!(
-        metrics
-            .skipped
-            .get_or_create(&featurelog_sidecar::metrics::Reason {
-                reason: "not_allow_listed"
-            })
-            .get(),
-        1
-    );
+    assert_eq!(metrics.skipped_count("not_allow_listed"), 1);
+}
+
+/// A request body fed from a channel: it ends when the sender is dropped.
+struct Fed(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for Fed {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|data| data.map(|d| Ok(http_body::Frame::data(d))))
+    }
+}
+
+/// A body of the frames given, in order.
+struct Frames(std::collections::VecDeque<http_body::Frame<bytes::Bytes>>);
+
+impl http_body::Body for Frames {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+}
+
+/// The 5-byte gRPC prefix and `message`.
+fn grpc_frame(message: &[u8]) -> bytes::Bytes {
+    let mut framed = vec![0u8];
+    framed.extend((message.len() as u32).to_be_bytes());
+    framed.extend(message);
+    framed.into()
+}
+
+/// A model server that answers a ModelInfer call as soon as it has the request's message,
+/// without waiting for the end of the request stream (HTTP/2 allows it; gRPC servers that read
+/// one message and reply do it), then lets the request go, which resets the rest of the stream.
+/// The answer is the reference model server's, at `model`.
+async fn answers_before_the_request_ends(model: std::net::SocketAddr) -> std::net::SocketAddr {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (io, _) = listener.accept().await.unwrap();
+            let service = hyper::service::service_fn(
+                move |req: http::Request<hyper::body::Incoming>| async move {
+                    let mut body = req.into_body();
+                    let mut got = Vec::new();
+                    while got.len() < 5
+                        || got.len()
+                            < 5 + u32::from_be_bytes(got[1..5].try_into().unwrap()) as usize
+                    {
+                        let frame = body.frame().await.unwrap().unwrap();
+                        got.extend_from_slice(&frame.into_data().unwrap());
+                    }
+                    drop(body);
+                    let request =
+                        featurelog_schemas::inference::ModelInferRequest::decode(&got[5..])
+                            .unwrap();
+                    let response = client(model)
+                        .await
+                        .model_infer(request)
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    let body = Frames(
+                        [
+                            http_body::Frame::data(grpc_frame(&response.encode_to_vec())),
+                            http_body::Frame::trailers(trailers),
+                        ]
+                        .into(),
+                    );
+                    http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .body(body)
+                },
+            );
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(io), service),
+            );
+        }
+    });
+    addr
 }
 
 /// NVIDIA's own Python client (raw tensors, its own gRPC stack) through the sidecar: the same
@@ -449,4 +537,85 @@ async fn streamed_inferences_are_logged_like_calls_and_answered_unchanged() {
     assert_eq!(count("skipped", "not_allow_listed"), 1);
     assert_eq!(count("skipped", "call_failed"), 1);
     assert_eq!(count("dropped", "incomplete_call"), 0);
+}
+
+/// A model server may answer once it has a call's message, before the caller's end of stream
+/// arrives, and reset the rest of the request stream. The call is still logged (the model read
+/// the whole message), and the caller is not handed a generated `x-request-id`: the request
+/// names itself, and that is the id its record carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_answered_before_its_request_ends_is_logged_under_its_own_id() {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    let Some(kafka) = kafka("a_call_answered_before_its_request_ends_is_logged_under_its_own_id")
+    else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-early", 1).await;
+    let (model_addr, _stop_model) = model_server(&["ranker"]).await;
+    let upstream = answers_before_the_request_ends(model_addr).await;
+    let dir = temp_dir();
+    let config = sidecar_config(dir.path(), upstream, Some(&kafka.config), &topic, ALLOW);
+    let sidecar = sidecar(config).await;
+
+    let request = ranker_request("req-early", 20, 30, 7, true);
+    let want = client(model_addr)
+        .await
+        .model_infer(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    // A client that sends the message and keeps its request stream open until it has the
+    // whole answer.
+    let tcp = tokio::net::TcpStream::connect(sidecar.local_addr)
+        .await
+        .unwrap();
+    let (mut send, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let (feed, body) = tokio::sync::mpsc::channel(1);
+    feed.send(grpc_frame(&request.encode_to_vec()))
+        .await
+        .unwrap();
+    let call = http::Request::post(format!(
+        "http://{}/inference.GRPCInferenceService/ModelInfer",
+        sidecar.local_addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(Fed(body))
+    .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(30), send.send_request(call))
+        .await
+        .expect("answered while the request is still open")
+        .unwrap();
+    assert!(
+        response.headers().get("x-request-id").is_none(),
+        "the request names itself: {:?}",
+        response.headers()
+    );
+    let answer = response.into_body().collect().await.unwrap();
+    assert_eq!(
+        answer
+            .trailers()
+            .and_then(|t| t.get("grpc-status"))
+            .map(|v| v.as_bytes()),
+        Some(&b"0"[..])
+    );
+    let bytes = answer.to_bytes();
+    let got = featurelog_schemas::inference::ModelInferResponse::decode(&bytes[5..]).unwrap();
+    assert_eq!(got, want, "the model server's answer, unchanged");
+    drop(feed);
+
+    let metrics = sidecar.metrics.clone();
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    assert_eq!(metrics.dropped_count("incomplete_call"), 0);
+    let records = kafka.read(&topic, 1, Duration::from_secs(60)).await;
+    assert_eq!(records[0].key_str(), "req-early");
+    check_record(&decode_log(&records[0].payload), &request, &want);
 }

@@ -120,7 +120,7 @@ impl Proxy {
         let logged_headers = publisher.capture_headers(&parts.headers);
         let header_id = header_str(&parts.headers, REQUEST_ID).filter(|v| !v.is_empty());
         let request_encoding = header_str(&parts.headers, "grpc-encoding");
-        let exchange = Arc::new(Exchange::new(&publisher));
+        let exchange = Arc::new(Exchange::new(&publisher).grpc());
         let request_tap = exchange.tap(body, self.max_message_bytes);
         let upstream_started = Instant::now();
         let response = self
@@ -332,12 +332,15 @@ impl Exchange {
         if !succeeded {
             return metrics.skip_call("call_failed");
         }
-        let log = move |request: Captured| log_call(request, response, &metrics, &publisher, call);
+        let log = move |request: Captured, whole: bool| {
+            log_call(request, whole, response, &metrics, &publisher, call);
+        };
         let mut sides = self.sides();
         match std::mem::take(&mut *sides) {
             Sides::Request(request) => {
                 drop(sides);
-                log(request);
+                let whole = self.whole(&request);
+                log(request, whole);
             }
             Sides::Open => *sides = Sides::Response(Box::new(log)),
             // One response per exchange: nothing else can be here.
@@ -346,17 +349,18 @@ impl Exchange {
     }
 }
 
-/// Logs a call whose request and response bodies were `request` and `response`, when both are
-/// whole and within the size limit, handing them to `publisher` as `call` makes them into a
+/// Logs a call whose request and response bodies were `request` (`whole`: see
+/// `Exchange::whole`) and `response`, when both are whole and within the size limit, handing them to `publisher` as `call` makes them into a
 /// [`CapturedCall`]; otherwise counts the drop (and dead-letters a call too large to log).
 fn log_call(
     request: Captured,
+    whole: bool,
     response: Captured,
     metrics: &Metrics,
     publisher: &Publisher,
     call: impl FnOnce(Vec<Bytes>, Vec<Bytes>) -> CapturedCall,
 ) {
-    if !request.complete || !response.complete {
+    if !whole || !response.complete {
         return metrics.drop_call("incomplete_call");
     }
     if request.overflow || response.overflow {
@@ -444,6 +448,8 @@ pub(crate) struct Exchange {
     sides: Mutex<Sides>,
     /// Told when the request's tap is done, for a response that wants its id.
     request_done: Notify,
+    /// The request body is gRPC-framed: one whole message in it is as good as its end.
+    grpc: bool,
     /// Holds the call in the publisher's count until both taps are done with the exchange
     /// (see `CallInFlight`): a shutdown waits for it to be handed over.
     _in_flight: Option<crate::publisher::CallInFlight>,
@@ -457,7 +463,7 @@ enum Sides {
     /// The request's tap is done first (as nearly always): its capture waits for the response.
     Request(Captured),
     /// The response ended first: what logs the call once the request's tap is done.
-    Response(Box<dyn FnOnce(Captured) + Send>),
+    Response(Box<dyn FnOnce(Captured, bool) + Send>),
 }
 
 /// How long a response waits for its request's tap to be done before it chooses the id it
@@ -488,6 +494,23 @@ impl Exchange {
         }
     }
 
+    /// The exchange of a gRPC call (see [`Exchange::whole`]).
+    pub(crate) fn grpc(self) -> Self {
+        Self { grpc: true, ..self }
+    }
+
+    /// Whether the request body the tap `captured` holds all that the model server read: it
+    /// reached its end, or, for a unary gRPC call, it holds exactly one whole message. A model
+    /// server may answer once it has the message, before the caller's end of stream arrives,
+    /// and reset the rest of the stream; the model read the call all the same.
+    fn whole(&self, captured: &Captured) -> bool {
+        captured.complete
+            || (self.grpc
+                && !captured.overflow
+                && frame_head(&captured.chunks)
+                    .is_some_and(|(_, len, _)| captured.len == len.saturating_add(5)))
+    }
+
     fn sides(&self) -> std::sync::MutexGuard<'_, Sides> {
         // Nothing panics while holding it; a poisoned lock still holds a consistent value.
         self.sides
@@ -507,7 +530,8 @@ impl Exchange {
         let mut sides = self.sides();
         if let Sides::Response(log) = std::mem::take(&mut *sides) {
             drop(sides);
-            return log(captured);
+            let whole = self.whole(&captured);
+            return log(captured, whole);
         }
         *sides = Sides::Request(captured);
         drop(sides);
@@ -529,7 +553,7 @@ impl Exchange {
     /// The request body as its tap captured it, when the tap is done and saw the whole body.
     pub(crate) fn whole_request<T>(&self, read: impl FnOnce(&Captured) -> T) -> Option<T> {
         match &*self.sides() {
-            Sides::Request(captured) if captured.complete => Some(read(captured)),
+            Sides::Request(captured) if self.whole(captured) => Some(read(captured)),
             _ => None,
         }
     }
@@ -1114,10 +1138,30 @@ mod tests {
         Bytes::from(body)
     }
 
+    /// A request body that yields `0` as one data frame and then never ends, as the stream of a
+    /// call the model server answered and reset before the caller's end of stream came.
+    struct NeverEnds(Option<Bytes>);
+
+    impl Body for NeverEnds {
+        type Data = Bytes;
+        type Error = BoxError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            match self.0.take() {
+                Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
     /// The taps of a call are dropped by different tasks, so the response's can be done
     /// before the request's (a CI run lost a request's record that way): the call is handed to
-    /// the publisher once the request's tap is done, and a request cut short after its
-    /// response is counted as incomplete.
+    /// the publisher once the request's tap is done. A request cut short after its response is
+    /// counted as incomplete, unless it is a gRPC request that holds its whole message (the
+    /// model server answered it and reset the stream before the caller's end came).
     #[tokio::test]
     async fn a_call_whose_response_is_done_before_its_request_is_still_handed_over() {
         use crate::config::PublishConfig;
@@ -1125,13 +1169,25 @@ mod tests {
             crate::publisher::tests::unconnected(&PublishConfig::default());
         let publisher = Arc::new(publisher);
         // A model the allow list does not name: handed over, the publisher counts it skipped.
-        let handed_over = || metrics.skipped_count("not_allow_listed");
-        for (i, request_ends) in [true, false].into_iter().enumerate() {
-            let exchange = Arc::new(Exchange::new(&publisher));
-            let mut request = exchange.tap(
-                http_body_util::Full::new(framed_request("other", "r")),
-                1 << 20,
-            );
+        let message = framed_request("other", "r");
+        let half = message.slice(..message.len() / 2);
+        type Request = UnsyncBoxBody<Bytes, BoxError>;
+        let whole: Request = http_body_util::Full::new(message.clone())
+            .map_err(|e| match e {})
+            .boxed_unsync();
+        let open = |b: &Bytes| -> Request { NeverEnds(Some(b.clone())).boxed_unsync() };
+        // (gRPC, request body, polled to its end, handed over)
+        let cases = [
+            (false, whole, true, true),
+            (false, open(&message), false, false),
+            (true, open(&message), false, true),
+            (true, open(&half), false, false),
+        ];
+        let (mut handed, mut incomplete) = (0, 0);
+        for (grpc, body, to_the_end, handed_over) in cases {
+            let exchange = Exchange::new(&publisher);
+            let exchange = Arc::new(if grpc { exchange.grpc() } else { exchange });
+            let mut request = exchange.tap(body, 1 << 20);
             let response = Captured {
                 complete: true,
                 ..Captured::default()
@@ -1148,18 +1204,22 @@ mod tests {
                 },
             );
             assert_eq!(
-                handed_over(),
-                i as u64,
+                metrics.skipped_count("not_allow_listed"),
+                handed,
                 "not before the request's tap is done"
             );
-            if request_ends {
+            if to_the_end {
                 while request.frame().await.is_some() {}
+            } else {
+                // Its one frame, then the stream is reset.
+                request.frame().await;
             }
             drop(request);
+            handed += u64::from(handed_over);
+            incomplete += u64::from(!handed_over);
+            assert_eq!(metrics.skipped_count("not_allow_listed"), handed);
+            assert_eq!(metrics.dropped_count("incomplete_call"), incomplete);
         }
-        assert_eq!(handed_over(), 1);
-        assert_eq!(metrics.dropped_count("incomplete_call"), 1);
-        assert_eq!(publisher.shutdown(Duration::from_secs(5)).await, 0);
     }
 
     /// A response whose request's tap is not done yet waits for it (up to
