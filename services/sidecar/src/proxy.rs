@@ -1138,25 +1138,6 @@ mod tests {
         Bytes::from(body)
     }
 
-    /// A request body that yields `0` as one data frame and then never ends, as the stream of a
-    /// call the model server answered and reset before the caller's end of stream came.
-    struct NeverEnds(Option<Bytes>);
-
-    impl Body for NeverEnds {
-        type Data = Bytes;
-        type Error = BoxError;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-            match self.0.take() {
-                Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
-                None => Poll::Pending,
-            }
-        }
-    }
-
     /// The taps of a call are dropped by different tasks, so the response's can be done
     /// before the request's (a CI run lost a request's record that way): the call is handed to
     /// the publisher once the request's tap is done. A request cut short after its response is
@@ -1175,7 +1156,11 @@ mod tests {
         let whole: Request = http_body_util::Full::new(message.clone())
             .map_err(|e| match e {})
             .boxed_unsync();
-        let open = |b: &Bytes| -> Request { NeverEnds(Some(b.clone())).boxed_unsync() };
+        // Its one frame, then nothing more: the stream of a call the model server answered and
+        // reset before the caller's end of stream came.
+        let open = |b: &Bytes| -> Request {
+            Frames(vec![Ok(Frame::data(b.clone()))], false).boxed_unsync()
+        };
         // (gRPC, request body, polled to its end, handed over)
         let cases = [
             (false, whole, true, true),
@@ -1332,8 +1317,9 @@ mod tests {
         assert!(ids > 5_000, "only {ids} mutations had an id");
     }
 
-    /// A body that yields `frames`, then says it has ended, as an h2 body does after a reset.
-    struct Frames(Vec<Result<Frame<Bytes>, BoxError>>);
+    /// A body that yields `frames`, then, when `ends`, says it has ended (as an h2 body does
+    /// after a reset too); otherwise it stays open.
+    struct Frames(Vec<Result<Frame<Bytes>, BoxError>>, bool);
 
     impl Body for Frames {
         type Data = Bytes;
@@ -1343,18 +1329,22 @@ mod tests {
             mut self: Pin<&mut Self>,
             _: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-            Poll::Ready((!self.0.is_empty()).then(|| self.0.remove(0)))
+            match (self.0.is_empty(), self.1) {
+                (false, _) => Poll::Ready(Some(self.0.remove(0))),
+                (true, true) => Poll::Ready(None),
+                (true, false) => Poll::Pending,
+            }
         }
 
         fn is_end_stream(&self) -> bool {
-            true
+            self.1
         }
     }
 
     /// What a tap over `frames` hands on when polled to its end and dropped.
     async fn tapped(frames: Vec<Result<Frame<Bytes>, BoxError>>) -> Captured {
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut tap = Tap::new(Frames(frames), 1 << 20, move |c| {
+        let mut tap = Tap::new(Frames(frames, true), 1 << 20, move |c| {
             tx.send(c).unwrap();
         });
         while let Some(Ok(_)) = tap.frame().await {}
@@ -1450,6 +1440,7 @@ mod tests {
                     body.chunks(split)
                         .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
                         .collect(),
+                    true,
                 ),
                 100,
                 move |c| tx.send(c).unwrap(),
