@@ -250,8 +250,20 @@ async fn sidecar_is_transparent_and_logs_exactly_the_allow_listed_features() {
     assert_eq!(metrics.skipped_count("not_allow_listed"), 1);
 }
 
-/// A request body fed from a channel: it ends when the sender is dropped.
-struct Fed(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+/// A body fed from a channel, frame by frame: it ends when the sender is dropped.
+struct Fed(tokio::sync::mpsc::Receiver<http_body::Frame<bytes::Bytes>>);
+
+impl Fed {
+    /// A body of `frames`, in order, and its end.
+    fn of(frames: impl IntoIterator<Item = http_body::Frame<bytes::Bytes>>) -> Self {
+        let frames: Vec<_> = frames.into_iter().collect();
+        let (tx, rx) = tokio::sync::mpsc::channel(frames.len().max(1));
+        for frame in frames {
+            let _ = tx.try_send(frame);
+        }
+        Self(rx)
+    }
+}
 
 impl http_body::Body for Fed {
     type Data = bytes::Bytes;
@@ -261,24 +273,7 @@ impl http_body::Body for Fed {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|data| data.map(|d| Ok(http_body::Frame::data(d))))
-    }
-}
-
-/// A body of the frames given, in order.
-struct Frames(std::collections::VecDeque<http_body::Frame<bytes::Bytes>>);
-
-impl http_body::Body for Frames {
-    type Data = bytes::Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+        self.0.poll_recv(cx).map(|frame| frame.map(Ok))
     }
 }
 
@@ -325,13 +320,10 @@ async fn answers_before_the_request_ends(model: std::net::SocketAddr) -> std::ne
                         .into_inner();
                     let mut trailers = http::HeaderMap::new();
                     trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                    let body = Frames(
-                        [
-                            http_body::Frame::data(grpc_frame(&response.encode_to_vec())),
-                            http_body::Frame::trailers(trailers),
-                        ]
-                        .into(),
-                    );
+                    let body = Fed::of([
+                        http_body::Frame::data(grpc_frame(&response.encode_to_vec())),
+                        http_body::Frame::trailers(trailers),
+                    ]);
                     http::Response::builder()
                         .header("content-type", "application/grpc")
                         .body(body)
@@ -578,7 +570,7 @@ async fn a_call_answered_before_its_request_ends_is_logged_under_its_own_id() {
     .unwrap();
     tokio::spawn(connection);
     let (feed, body) = tokio::sync::mpsc::channel(1);
-    feed.send(grpc_frame(&request.encode_to_vec()))
+    feed.send(http_body::Frame::data(grpc_frame(&request.encode_to_vec())))
         .await
         .unwrap();
     let call = http::Request::post(format!(
