@@ -350,8 +350,9 @@ impl Exchange {
 }
 
 /// Logs a call whose request and response bodies were `request` (`whole`: see
-/// `Exchange::whole`) and `response`, when both are whole and within the size limit, handing them to `publisher` as `call` makes them into a
-/// [`CapturedCall`]; otherwise counts the drop (and dead-letters a call too large to log).
+/// `Exchange::whole`) and `response`, when both are whole and within the size limit, handing
+/// them to `publisher` as `call` makes them into a [`CapturedCall`]; otherwise counts the drop
+/// (and dead-letters a call too large to log).
 fn log_call(
     request: Captured,
     whole: bool,
