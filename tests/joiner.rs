@@ -1276,7 +1276,13 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
         }
     }
     sidecar.stop();
-    sidecar.wait().await;
+    let metrics = sidecar.metrics.clone();
+    assert_eq!(sidecar.wait().await, 0);
+    assert_eq!(
+        metrics.records_delivered.get(),
+        4,
+        "a record for every request"
+    );
 
     let out = dir.path().join("dataset");
     let config = joiner_config(
