@@ -18,21 +18,46 @@ fn allow(features: &[&str]) -> String {
     )
 }
 
-#[tokio::test]
-async fn allow_list_reloads_without_restart_and_a_broken_file_is_refused() {
-    let Some(kafka) = kafka("allow_list_reloads_without_restart") else {
-        return;
-    };
-    let topic = kafka.unique_topic("sidecar-reload", 1).await;
-    let (model_addr, _stop) = model_server(&["ranker"]).await;
+/// What every test here starts from: a fresh topic named after `prefix`, the reference model
+/// server (the ranker), and the config of a sidecar in front of it logging `features` there.
+struct Rig {
+    topic: String,
+    model_addr: std::net::SocketAddr,
+    config: featurelog_sidecar::SidecarConfig,
+    /// Holds the allow-list file the config names.
+    _dir: tempfile::TempDir,
+}
+
+async fn rig(kafka: &featurelog_testkit::TestKafka, prefix: &str, features: &[&str]) -> Rig {
+    let topic = kafka.unique_topic(prefix, 1).await;
+    let (model_addr, _) = model_server(&["ranker"]).await;
     let dir = temp_dir();
     let config = sidecar_config(
         dir.path(),
         model_addr,
         Some(&kafka.config),
         &topic,
-        &allow(&["user_age"]),
+        &allow(features),
     );
+    Rig {
+        topic,
+        model_addr,
+        config,
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn allow_list_reloads_without_restart_and_a_broken_file_is_refused() {
+    let Some(kafka) = kafka("allow_list_reloads_without_restart") else {
+        return;
+    };
+    let Rig {
+        topic,
+        model_addr: _,
+        config,
+        _dir,
+    } = rig(&kafka, "sidecar-reload", &["user_age"]).await;
     let allow_path = config.allow_list.clone();
     let sidecar = sidecar(config).await;
     let handle = sidecar.allow_list.clone().unwrap();
@@ -107,17 +132,13 @@ async fn calls_the_sidecar_cannot_log_still_succeed_and_are_counted() {
     let Some(kafka) = kafka("calls_the_sidecar_cannot_log_still_succeed") else {
         return;
     };
-    let topic = kafka.unique_topic("sidecar-bad-input", 1).await;
-    let dead = kafka.unique_topic("sidecar-dead-letters", 1).await;
-    let (model_addr, _stop) = model_server(&["ranker"]).await;
-    let dir = temp_dir();
-    let mut config = sidecar_config(
-        dir.path(),
+    let Rig {
+        topic,
         model_addr,
-        Some(&kafka.config),
-        &topic,
-        &allow(&["item_price"]),
-    );
+        mut config,
+        _dir,
+    } = rig(&kafka, "sidecar-bad-input", &["item_price"]).await;
+    let dead = kafka.unique_topic("sidecar-dead-letters", 1).await;
     config.publish.max_message_bytes = 64 * 1024;
     config.publish.dead_letter_topic = dead.clone();
     let sidecar = sidecar(config).await;
@@ -217,16 +238,12 @@ async fn a_missing_dead_letter_topic_is_counted_and_holds_nothing_up() {
     let Some(kafka) = kafka("a_missing_dead_letter_topic_is_counted") else {
         return;
     };
-    let topic = kafka.unique_topic("sidecar-no-dead-letters", 1).await;
-    let (model_addr, _stop) = model_server(&["ranker"]).await;
-    let dir = temp_dir();
-    let mut config = sidecar_config(
-        dir.path(),
-        model_addr,
-        Some(&kafka.config),
-        &topic,
-        &allow(&["item_price"]),
-    );
+    let Rig {
+        topic,
+        model_addr: _,
+        mut config,
+        _dir,
+    } = rig(&kafka, "sidecar-no-dead-letters", &["item_price"]).await;
     config.publish.dead_letter_topic = format!("{topic}-nowhere");
     // A broker with auto.create.topics.enable would create it when asked: this client does not ask.
     config
@@ -271,16 +288,12 @@ async fn broker_outage_never_fails_a_call_and_logging_resumes() {
     let kafka = featurelog_testkit::TestKafka {
         config: broker.config.clone(),
     };
-    let topic = kafka.unique_topic("sidecar-outage", 1).await;
-    let (model_addr, _stop) = model_server(&["ranker"]).await;
-    let dir = temp_dir();
-    let mut config = sidecar_config(
-        dir.path(),
-        model_addr,
-        Some(&kafka.config),
-        &topic,
-        &allow(&["item_price"]),
-    );
+    let Rig {
+        topic,
+        model_addr: _,
+        mut config,
+        _dir,
+    } = rig(&kafka, "sidecar-outage", &["item_price"]).await;
     let props = &mut config.kafka.as_mut().unwrap().properties;
     // Small bounds so the outage shows within seconds rather than minutes.
     props.insert("queue.buffering.max.messages".into(), "50".into());
