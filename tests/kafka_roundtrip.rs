@@ -11,12 +11,9 @@ use rdkafka::producer::FutureRecord;
 
 fn feature(name: &str, datatype: DataType, row_shape: Vec<i64>, values: Values) -> Feature {
     Feature {
-        name: name.into(),
-        datatype: datatype as i32,
-        row_shape,
-        values: Some(values),
         // A one-element column stands for a value shared by the whole request.
         per_request: name == "user_segment",
+        ..Feature::column(name, datatype, row_shape, values)
     }
 }
 

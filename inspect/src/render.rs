@@ -282,16 +282,6 @@ mod tests {
     use super::*;
     use featurelog_schemas::featurelog::v1::Values;
 
-    fn feature(name: &str, datatype: DataType, row_shape: Vec<i64>, values: Values) -> Feature {
-        Feature {
-            name: name.into(),
-            datatype: datatype as i32,
-            row_shape,
-            values: Some(values),
-            per_request: false,
-        }
-    }
-
     #[test]
     fn floats_read_back_bit_exact_from_their_shortest_decimal() {
         // Every f32 written and read back as a JSON reader would (an f64, then the f32).
@@ -333,7 +323,7 @@ mod tests {
             row_count: 2,
             candidate_int_ids: vec![7001, -7],
             features: vec![
-                feature(
+                Feature::column(
                     "price",
                     DataType::Fp32,
                     vec![],
@@ -342,7 +332,7 @@ mod tests {
                         ..Values::default()
                     },
                 ),
-                feature(
+                Feature::column(
                     "emb",
                     DataType::Fp16,
                     vec![2],
@@ -351,7 +341,7 @@ mod tests {
                         ..Values::default()
                     },
                 ),
-                feature(
+                Feature::column(
                     "locale",
                     DataType::Bytes,
                     vec![],
@@ -360,7 +350,7 @@ mod tests {
                         ..Values::default()
                     },
                 ),
-                feature(
+                Feature::column(
                     "big",
                     DataType::Uint64,
                     vec![],

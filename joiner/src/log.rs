@@ -851,13 +851,7 @@ mod tests {
     use featurelog_schemas::featurelog::v1::Feature;
 
     fn feature(name: &str, dt: DataType, values: Values) -> Feature {
-        Feature {
-            name: name.into(),
-            datatype: dt as i32,
-            row_shape: vec![],
-            values: Some(values),
-            per_request: false,
-        }
+        Feature::column(name, dt, vec![], values)
     }
 
     fn sample() -> FeatureLog {

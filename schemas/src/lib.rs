@@ -29,3 +29,22 @@ pub mod featurelog {
 }
 
 pub use datatype::UnknownDataType;
+
+impl featurelog::v1::Feature {
+    /// A column named `name` of one `datatype` value per candidate row (each of `row_shape`,
+    /// empty for a scalar), holding `values`.
+    pub fn column(
+        name: impl Into<String>,
+        datatype: featurelog::v1::DataType,
+        row_shape: Vec<i64>,
+        values: featurelog::v1::Values,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            datatype: datatype as i32,
+            row_shape,
+            values: Some(values),
+            per_request: false,
+        }
+    }
+}
