@@ -3,8 +3,10 @@
 #   1. installs what the build and the tests need and the machine lacks (Debian packages),
 #   2. checks formatting (cargo fmt) and lints (cargo clippy -D warnings),
 #   3. starts a real single-node Kafka broker with scripts/kafka.sh and a real S3-compatible
-#      server (MinIO, built once with go install) with scripts/s3.sh,
-#   4. runs every test of the workspace against them (FEATURELOG_KAFKA, FEATURELOG_S3),
+#      server (MinIO, built once with go install) with scripts/s3.sh, and builds Prometheus's
+#      promtool once (scripts/promtool.sh) for the alerting rules' unit tests,
+#   4. runs every test of the workspace against them (FEATURELOG_KAFKA, FEATURELOG_S3,
+#      FEATURELOG_PROMTOOL),
 #   5. stops both, even when the tests fail, and exits with the tests' status.
 # A broker or server that was already running before this script is reused and left running.
 #
@@ -63,6 +65,10 @@ install_missing
 s3_fetch_log=$(mktemp)
 scripts/s3.sh fetch >"$s3_fetch_log" 2>&1 &
 s3_fetch=$!
+# promtool (the alerting rules' unit tests), built once like MinIO, beside the cargo build.
+promtool_log=$(mktemp)
+scripts/promtool.sh --path >"$promtool_log" 2>&1 &
+promtool_fetch=$!
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -106,7 +112,14 @@ fi
 # testkit's defaults for the bucket and credentials are scripts/s3.sh's.
 export FEATURELOG_S3=http://127.0.0.1:$s3_port
 
-step "cargo test (FEATURELOG_KAFKA=$FEATURELOG_KAFKA FEATURELOG_S3=$FEATURELOG_S3)"
+if ! wait "$promtool_fetch"; then
+  cat "$promtool_log" >&2
+  exit 1
+fi
+FEATURELOG_PROMTOOL=$(tail -n 1 "$promtool_log")
+export FEATURELOG_PROMTOOL
+
+step "cargo test (FEATURELOG_KAFKA=$FEATURELOG_KAFKA FEATURELOG_S3=$FEATURELOG_S3 FEATURELOG_PROMTOOL=$FEATURELOG_PROMTOOL)"
 status=0
 cargo test --workspace --locked || status=$?
 exit "$status"

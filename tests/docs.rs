@@ -2,7 +2,8 @@
 //! and of the config structs themselves), every metric the services register and every reason
 //! label value the code counts must be documented there, with the right environment variable
 //! and the right metric type; and the reference lists nothing that does not exist. The alerting
-//! rules (compose/prometheus/alerts.yml) select only what the services export.
+//! rules (compose/prometheus/alerts.yml) select only what the services export, and fire as their
+//! unit tests expect under Prometheus's own engine (promtool).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -788,5 +789,130 @@ fn the_dashboard_queries_only_exported_series_from_the_provisioned_datasource() 
     assert!(
         queries >= 20 && metrics.len() >= 20,
         "{queries} queries of {metrics:?}"
+    );
+}
+
+/// Prometheus's promtool (`FEATURELOG_PROMTOOL`, which scripts/test.sh sets from
+/// `scripts/promtool.sh --path`), or `None` (after saying so) outside CI.
+fn promtool(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("FEATURELOG_PROMTOOL") {
+        Some(path) if !path.is_empty() => Some(path.into()),
+        _ if featurelog_testkit::in_ci() => {
+            panic!("{test} needs promtool but FEATURELOG_PROMTOOL is not set; run scripts/test.sh")
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: it needs Prometheus's promtool. Set \
+                 FEATURELOG_PROMTOOL=$(scripts/promtool.sh --path) (scripts/test.sh does)."
+            );
+            None
+        }
+    }
+}
+
+/// Runs promtool in `dir` and fails the test with its output unless it succeeds.
+fn run_promtool(promtool: &Path, dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new(promtool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", promtool.display()));
+    assert!(
+        out.status.success(),
+        "promtool {}: {}\n{}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The alerting rules under Prometheus's own rule engine: alerts.yml loads, and its unit tests
+/// (compose/prometheus/alerts.test.yml) pass, so each alert fires on series named and labelled as
+/// the services export them, with the expected labels and rendered annotations, only once its
+/// `for` has passed; and every alert has a case in which it fires. The checks above read the
+/// rules with a PromQL parser of our own; this is the engine that will evaluate them.
+#[test]
+fn alerting_rules_fire_as_their_unit_tests_expect() {
+    let Some(promtool) = promtool("alerting_rules_fire_as_their_unit_tests_expect") else {
+        return;
+    };
+    let alerts: BTreeSet<String> = yaml_rust2::YamlLoader::load_from_str(&read(
+        "compose/prometheus/alerts.yml",
+    ))
+    .unwrap()[0]["groups"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_vec().unwrap())
+        .map(|r| r["alert"].as_str().unwrap().to_owned())
+        .collect();
+    let tests =
+        yaml_rust2::YamlLoader::load_from_str(&read("compose/prometheus/alerts.test.yml")).unwrap();
+    let fired: BTreeSet<String> = tests[0]["tests"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["alert_rule_test"].as_vec().unwrap())
+        .filter(|case| case["exp_alerts"].as_vec().is_some_and(|a| !a.is_empty()))
+        .map(|case| case["alertname"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(fired, alerts, "a unit test in which each alert fires");
+
+    // The engine the compose deployment runs: Prometheus 3.x's Go module is v0.3xx.y for 3.x.y.
+    let compose = read("compose/docker-compose.yml");
+    let image = compose
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: prom/prometheus:v3."))
+        .expect("compose runs prom/prometheus:v3.x.y");
+    let (minor, patch) = image.split_once('.').unwrap();
+    let script = read("scripts/promtool.sh");
+    let built = script
+        .lines()
+        .find_map(|l| l.strip_prefix("version="))
+        .unwrap();
+    assert_eq!(
+        built,
+        format!("v0.3{:0>2}.{patch}", minor),
+        "scripts/promtool.sh builds the Prometheus that compose runs (prom/prometheus:v3.{image})"
+    );
+
+    let dir = root().join("compose/prometheus");
+    run_promtool(&promtool, &dir, &["check", "rules", "alerts.yml"]);
+    run_promtool(&promtool, &dir, &["test", "rules", "alerts.test.yml"]);
+}
+
+/// The dashboard's queries under Prometheus's own parser and checks: each one, as Grafana sends
+/// it, loads as a recording rule.
+#[test]
+fn the_dashboard_queries_load_in_prometheus() {
+    let Some(promtool) = promtool("the_dashboard_queries_load_in_prometheus") else {
+        return;
+    };
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("compose/grafana/dashboards/featurelog.json")).unwrap();
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "1m");
+            // A JSON string is a YAML string: no quoting of our own to get wrong.
+            rules.push_str(&format!(
+                "      - record: dashboard:query_{queries}\n        expr: {}\n",
+                serde_json::Value::String(expr)
+            ));
+            queries += 1;
+        }
+    }
+    assert!(queries >= 20, "{queries} queries");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("dashboard.rules.yml"), rules).unwrap();
+    run_promtool(
+        &promtool,
+        dir.path(),
+        &["check", "rules", "dashboard.rules.yml"],
     );
 }
