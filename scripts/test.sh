@@ -52,7 +52,8 @@ install_missing() {
   fi
   command -v cargo >/dev/null || { echo "test.sh: cargo is not installed (rustup.rs)" >&2; exit 1; }
   if [[ -f tests/requirements.txt ]] &&
-    ! python3 -c "$(sed -n 's/^# import: //p' tests/requirements.txt)" 2>/dev/null; then
+    ! python3 -c 'import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))' \
+      $(sed -n 's/^# modules: //p' tests/requirements.txt) 2>/dev/null; then
     step "installing Python test dependencies"
     python3 -m pip install -q --disable-pip-version-check -r tests/requirements.txt
   fi
