@@ -740,6 +740,22 @@ async fn main() -> anyhow::Result<()> {
         "logging / pass-through sidecar CPU per call: {:.3}x (target <= 1.10x)",
         cpu(2) / cpu(1)
     );
+    // The same ratio round by round (each round runs the two scenarios back to back): its
+    // spread says how much of a run's figure is the machine's noise rather than the sidecar.
+    let mut per_round: Vec<f64> = results[2]
+        .1
+        .iter()
+        .zip(&results[1].1)
+        .filter_map(|(log, pass)| {
+            Some(log.sidecar_cpu_us_per_call? / pass.sidecar_cpu_us_per_call?)
+        })
+        .collect();
+    per_round.sort_by(f64::total_cmp);
+    if let (Some(low), Some(high)) = (per_round.first(), per_round.last()) {
+        let n = per_round.len();
+        let median = (per_round[(n - 1) / 2] + per_round[n / 2]) / 2.0;
+        println!("  per round: median {median:.3}x, {low:.3}x to {high:.3}x over {n} rounds");
+    }
     println!(
         "added latency vs direct: pass-through p50 +{:.2} ms, p99 +{:.2} ms; logging p50 +{:.2} ms, p99 +{:.2} ms",
         lat(1, &|r| r.p50_ms) - lat(0, &|r| r.p50_ms),
