@@ -694,6 +694,37 @@ fn unknown_template_labels(text: &str, marker: &str, labels: &BTreeSet<String>) 
         .collect()
 }
 
+/// The rules of compose/prometheus/alerts.yml, every group's in order.
+fn alert_rules() -> Vec<yaml_rust2::Yaml> {
+    let file =
+        yaml_rust2::YamlLoader::load_from_str(&read("compose/prometheus/alerts.yml")).unwrap();
+    file[0]["groups"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .flat_map(|group| group["rules"].as_vec().unwrap().iter().cloned())
+        .collect()
+}
+
+/// The dashboard's queries: each panel's title, its target, and the target's expression as
+/// Grafana sends it to Prometheus (its own range variable substituted).
+fn dashboard_queries() -> Vec<(String, serde_json::Value, String)> {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("compose/grafana/dashboards/featurelog.json")).unwrap();
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let title = panel["title"].as_str().unwrap();
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "1m");
+            queries.push((title.to_owned(), target.clone(), expr));
+        }
+    }
+    queries
+}
+
 /// compose/prometheus/alerts.yml, as Prometheus loads it: every expression parses as PromQL and
 /// selects only series the sidecar and the joiner export (histograms by their `_bucket`,
 /// `_sum` and `_count`), by labels those series have and label values the README documents;
@@ -702,37 +733,32 @@ fn unknown_template_labels(text: &str, marker: &str, labels: &BTreeSet<String>) 
 #[test]
 fn alerting_rules_select_only_exported_series_by_documented_labels() {
     let exported = Exported::load();
-    let rules =
-        yaml_rust2::YamlLoader::load_from_str(&read("compose/prometheus/alerts.yml")).unwrap();
     let mut names = BTreeSet::new();
     let mut up_jobs = BTreeSet::new();
     let mut problems = Vec::new();
-    for group in rules[0]["groups"].as_vec().unwrap() {
-        for rule in group["rules"].as_vec().unwrap() {
-            let alert = rule["alert"]
-                .as_str()
-                .expect("every rule is an alert")
-                .to_owned();
-            assert!(names.insert(alert.clone()), "{alert} twice");
-            if let Some(d) = rule["for"].as_str() {
-                promql_parser::util::parse_duration(d)
-                    .unwrap_or_else(|e| panic!("{alert}: for {d}: {e}"));
-            }
-            let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
-            assert!(
-                ["critical", "warning", "info"].contains(&severity),
-                "{alert}: severity {severity:?}"
-            );
-            let (labels, jobs) =
-                exported.check(&alert, rule["expr"].as_str().unwrap(), &mut problems);
-            up_jobs.extend(jobs);
-            // `{{ $labels.x }}` in the annotations names a label the alert's series keep.
-            for key in ["summary", "description"] {
-                let text = rule["annotations"][key].as_str().unwrap_or_default();
-                assert!(text.len() > 20, "{alert}: no {key}");
-                for label in unknown_template_labels(text, "$labels.", &labels) {
-                    problems.push(format!("{alert}: {key} uses $labels.{label}"));
-                }
+    for rule in &alert_rules() {
+        let alert = rule["alert"]
+            .as_str()
+            .expect("every rule is an alert")
+            .to_owned();
+        assert!(names.insert(alert.clone()), "{alert} twice");
+        if let Some(d) = rule["for"].as_str() {
+            promql_parser::util::parse_duration(d)
+                .unwrap_or_else(|e| panic!("{alert}: for {d}: {e}"));
+        }
+        let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
+        assert!(
+            ["critical", "warning", "info"].contains(&severity),
+            "{alert}: severity {severity:?}"
+        );
+        let (labels, jobs) = exported.check(&alert, rule["expr"].as_str().unwrap(), &mut problems);
+        up_jobs.extend(jobs);
+        // `{{ $labels.x }}` in the annotations names a label the alert's series keep.
+        for key in ["summary", "description"] {
+            let text = rule["annotations"][key].as_str().unwrap_or_default();
+            assert!(text.len() > 20, "{alert}: no {key}");
+            for label in unknown_template_labels(text, "$labels.", &labels) {
+                problems.push(format!("{alert}: {key} uses $labels.{label}"));
             }
         }
     }
@@ -758,32 +784,22 @@ fn the_dashboard_queries_only_exported_series_from_the_provisioned_datasource() 
         .as_str()
         .unwrap()
         .to_owned();
-    let dashboard: serde_json::Value =
-        serde_json::from_str(&read("compose/grafana/dashboards/featurelog.json")).unwrap();
     let mut problems = Vec::new();
     let mut queries = 0;
     let mut metrics = BTreeSet::new();
-    for panel in dashboard["panels"].as_array().unwrap() {
-        let title = panel["title"].as_str().unwrap();
-        for target in panel["targets"].as_array().into_iter().flatten() {
-            assert_eq!(target["datasource"]["uid"], uid.as_str(), "{title}");
-            // Grafana's own range variable, as it substitutes it.
-            let expr = target["expr"]
-                .as_str()
-                .unwrap()
-                .replace("$__rate_interval", "1m");
-            let (labels, _) = exported.check(title, &expr, &mut problems);
-            let legend = target["legendFormat"].as_str().unwrap_or_default();
-            for label in unknown_template_labels(legend, "{{", &labels) {
-                problems.push(format!("{title}: legend names {label}"));
-            }
-            metrics.extend(
-                expr.split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .filter(|w| w.starts_with("featurelog_"))
-                    .map(str::to_owned),
-            );
-            queries += 1;
+    for (title, target, expr) in &dashboard_queries() {
+        assert_eq!(target["datasource"]["uid"], uid.as_str(), "{title}");
+        let (labels, _) = exported.check(title, expr, &mut problems);
+        let legend = target["legendFormat"].as_str().unwrap_or_default();
+        for label in unknown_template_labels(legend, "{{", &labels) {
+            problems.push(format!("{title}: legend names {label}"));
         }
+        metrics.extend(
+            expr.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("featurelog_"))
+                .map(str::to_owned),
+        );
+        queries += 1;
     }
     assert!(problems.is_empty(), "{problems:#?}");
     assert!(
@@ -837,14 +853,8 @@ fn alerting_rules_fire_as_their_unit_tests_expect() {
     let Some(promtool) = promtool("alerting_rules_fire_as_their_unit_tests_expect") else {
         return;
     };
-    let alerts: BTreeSet<String> = yaml_rust2::YamlLoader::load_from_str(&read(
-        "compose/prometheus/alerts.yml",
-    ))
-    .unwrap()[0]["groups"]
-        .as_vec()
-        .unwrap()
+    let alerts: BTreeSet<String> = alert_rules()
         .iter()
-        .flat_map(|g| g["rules"].as_vec().unwrap())
         .map(|r| r["alert"].as_str().unwrap().to_owned())
         .collect();
     let tests =
@@ -889,25 +899,16 @@ fn the_dashboard_queries_load_in_prometheus() {
     let Some(promtool) = promtool("the_dashboard_queries_load_in_prometheus") else {
         return;
     };
-    let dashboard: serde_json::Value =
-        serde_json::from_str(&read("compose/grafana/dashboards/featurelog.json")).unwrap();
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 20, "{} queries", queries.len());
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
-    let mut queries = 0;
-    for panel in dashboard["panels"].as_array().unwrap() {
-        for target in panel["targets"].as_array().into_iter().flatten() {
-            let expr = target["expr"]
-                .as_str()
-                .unwrap()
-                .replace("$__rate_interval", "1m");
-            // A JSON string is a YAML string: no quoting of our own to get wrong.
-            rules.push_str(&format!(
-                "      - record: dashboard:query_{queries}\n        expr: {}\n",
-                serde_json::Value::String(expr)
-            ));
-            queries += 1;
-        }
+    for (i, (_, _, expr)) in queries.into_iter().enumerate() {
+        // A JSON string is a YAML string: no quoting of our own to get wrong.
+        rules.push_str(&format!(
+            "      - record: dashboard:query_{i}\n        expr: {}\n",
+            serde_json::Value::String(expr)
+        ));
     }
-    assert!(queries >= 20, "{queries} queries");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("dashboard.rules.yml"), rules).unwrap();
     run_promtool(
