@@ -1743,6 +1743,15 @@ async fn a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_once() {
     .await;
     let out = s.dir.path().join("dataset");
     let config = s.joiner_config("restart", &s.kafka.unique_group("restart"), &out);
+    // The outage outlasts the consumers' sessions (the broker's minimum): both groups lose
+    // their assignments while the broker is down, so the router's revoke must abort a
+    // transaction with records in flight to a broker that is not there, and every task is
+    // restored when the partitions come back.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[input]",
+        "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n[input]",
+    );
+    std::fs::write(&config, text).unwrap();
     let metrics = serve_metrics_on_a_known_port(&config);
     let start = || Joiner::start(&config);
     let mut joiner = start();

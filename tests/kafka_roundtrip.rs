@@ -1,5 +1,6 @@
 //! End to end through the real broker: a FeatureLog carrying every datatype of the protocol is
-//! encoded, produced, consumed back and decoded, and every field comes back bit for bit.
+//! encoded, produced, consumed back and decoded, and every field comes back bit for bit; and a
+//! transaction of a `BaseProducer` aborts with featurelog's abort.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::time::Duration;
@@ -256,4 +257,86 @@ async fn feature_log_survives_the_real_broker_field_by_field() {
             "BYTES"
         ]
     );
+}
+
+/// The joiner's router aborts its transaction when a rebalance takes its partitions, at a
+/// moment of librdkafka's choosing: records of the transaction may have been sent a moment ago
+/// and their delivery reports not yet polled. featurelog's abort still aborts, and a
+/// read_committed reader (the join stage) sees none of the aborted records, only those of the
+/// next transaction. (librdkafka's own abort, called as is on a `BaseProducer`, waits for the
+/// application to poll those reports, which it cannot do while it is blocked in the abort: it
+/// failed after its whole timeout, and the router stopped.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_with_delivery_reports_not_yet_polled_aborts() {
+    use rdkafka::consumer::Consumer as _;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
+    let Some(kafka) =
+        featurelog_testkit::kafka("a_transaction_with_delivery_reports_not_yet_polled_aborts")
+    else {
+        return;
+    };
+    let topic = kafka.unique_topic("txn-abort", 1).await;
+    let transactional_id = kafka.unique_group("txn-abort");
+    let producer: BaseProducer = kafka
+        .config
+        .client_config(&[("transactional.id", &transactional_id)])
+        .create()
+        .unwrap();
+    let producer = tokio::task::spawn_blocking(move || {
+        producer.init_transactions(Duration::from_secs(60)).unwrap();
+        producer.begin_transaction().unwrap();
+        for i in 0..20 {
+            producer
+                .send(
+                    BaseRecord::<str, str>::to(&topic)
+                        .key("aborted")
+                        .payload(&format!("aborted {i}")),
+                )
+                .map_err(|(err, _)| err)
+                .unwrap();
+        }
+        // Delivered by now, most likely, and their reports waiting to be polled; or some still
+        // in flight: either way the abort must not wait for the application.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            producer.in_flight_count() > 0,
+            "the reports were not polled"
+        );
+        featurelog_kafka::txn::abort_transaction(&producer, Duration::from_secs(20))
+            .expect("the transaction aborts");
+        producer.begin_transaction().unwrap();
+        producer
+            .send(
+                BaseRecord::<str, str>::to(&topic)
+                    .key("committed")
+                    .payload("committed"),
+            )
+            .map_err(|(err, _)| err)
+            .unwrap();
+        producer
+            .commit_transaction(Duration::from_secs(30))
+            .unwrap();
+        (producer, topic)
+    })
+    .await
+    .unwrap();
+    let (_producer, topic) = producer;
+
+    let consumer: rdkafka::consumer::StreamConsumer = kafka
+        .config
+        .client_config(&[
+            ("group.id", &kafka.unique_group("txn-abort-reader")),
+            ("auto.offset.reset", "earliest"),
+            ("enable.auto.commit", "false"),
+            ("isolation.level", "read_committed"),
+        ])
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+        .await
+        .expect("the committed record within 60 s")
+        .unwrap();
+    // The aborted records come first in the partition: read_committed skips every one.
+    assert_eq!(message.payload(), Some(&b"committed"[..]));
 }

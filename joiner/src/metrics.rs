@@ -46,6 +46,8 @@ pub struct JoinMetrics {
     pub events_not_sampled: Counter,
     /// Task checkpoints committed.
     pub commits: Counter,
+    /// Stages started again with a new consumer after the group coordinator fenced theirs.
+    pub stage_restarts: Counter,
     /// Tasks (partitions) this process runs.
     pub tasks: Gauge,
     /// Estimated bytes of join state held.
@@ -76,6 +78,7 @@ impl JoinMetrics {
             events_routed: Counter::default(),
             events_not_sampled: Counter::default(),
             commits: Counter::default(),
+            stage_restarts: Counter::default(),
             tasks: Gauge::default(),
             state_bytes: Gauge::default(),
             buffered_requests: Gauge::default(),
@@ -112,6 +115,11 @@ impl JoinMetrics {
             m.events_not_sampled.clone(),
         );
         r.register("commits", "Task checkpoints committed", m.commits.clone());
+        r.register(
+            "stage_restarts",
+            "Stages started again with a new consumer after the group coordinator fenced theirs",
+            m.stage_restarts.clone(),
+        );
         r.register("tasks", "Tasks this process runs", m.tasks.clone());
         r.register(
             "state_bytes",

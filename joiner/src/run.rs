@@ -128,6 +128,20 @@ pub enum JoinError {
         /// librdkafka's reason.
         reason: String,
     },
+    /// The group coordinator fenced a static member's consumer (FENCED_INSTANCE_ID, fatal to
+    /// librdkafka). Another live process with the same `instance` does that, but so does
+    /// librdkafka itself around a broker outage: an offset commit queued before a session
+    /// timeout goes out afterwards with the reset member id (librdkafka's PR 5585), or a
+    /// JoinGroup retried after its answer was lost registers the instance twice. The stage
+    /// starts again with a new consumer; fenced again and again, the process stops with
+    /// [`JoinError::Fatal`].
+    #[error("{what}: fenced by the group coordinator ({reason}); starting the stage again")]
+    Fenced {
+        /// Which consumer.
+        what: &'static str,
+        /// librdkafka's reason.
+        reason: String,
+    },
     /// The dataset failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
@@ -377,27 +391,30 @@ async fn serve(
 
     let stop = shutdown.child_token();
     let router = (!direct).then(|| {
-        tokio::spawn(router(
+        let (config, metrics, stop) = (config.clone(), metrics.clone(), stop.clone());
+        tokio::spawn(async move {
+            restarting_after_fences(&metrics.clone(), || {
+                router(config.clone(), partitions, metrics.clone(), stop.clone())
+            })
+            .await
+        })
+    });
+    let join = restarting_after_fences(&metrics, || {
+        join(
             config.clone(),
+            dataset.clone(),
             partitions,
+            // A task reading its events partition directly has that one source of event time.
+            if direct {
+                1
+            } else {
+                u32::try_from(event_sources).unwrap_or(0)
+            },
+            held_in_topic,
             metrics.clone(),
             stop.clone(),
-        ))
+        )
     });
-    let join = join(
-        config.clone(),
-        dataset,
-        partitions,
-        // A task reading its events partition directly has that one source of event time.
-        if direct {
-            1
-        } else {
-            u32::try_from(event_sources).unwrap_or(0)
-        },
-        held_in_topic,
-        metrics.clone(),
-        stop.clone(),
-    );
     // Whichever stage ends first, on an error or not, the other stops too: a router that
     // failed alone would leave the join waiting for events forever, looking healthy.
     let (joined, routed) = match router {
@@ -999,32 +1016,24 @@ async fn router(
     let mut batches = Batches::default();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
-        // A revoke aborted the open transaction (in the consumer's callback, which only runs
-        // inside `recv`): what it held is gone, and positions restart from committed offsets.
-        let aborted = |next: &mut HashMap<_, _>,
-                       batches: &mut Batches,
-                       sources: &mut HashMap<_, _>,
-                       reported: &mut BTreeMap<_, _>| {
-            if consumer
-                .context()
-                .router_aborted
-                .swap(false, std::sync::atomic::Ordering::SeqCst)
-            {
-                next.clear();
-                *batches = Batches::default();
-                sources.clear();
-                reported.clear();
-            }
-        };
         tokio::select! {
             _ = shutdown.cancelled() => {
-                aborted(&mut next, &mut batches, &mut sources, &mut reported);
+                if after_revoke(&producer, &consumer, &shutdown)? {
+                    // Nothing of the aborted transaction is left to commit.
+                    return Ok(());
+                }
                 batches.flush(&producer, &repartition)?;
-                commit_router(&producer, &consumer, &mut next)?;
+                commit_router(&producer, &consumer, &mut next, &shutdown)?;
                 return Ok(());
             }
             _ = tick.tick() => {
-                aborted(&mut next, &mut batches, &mut sources, &mut reported);
+                // A fatal error is not always handed to `recv` (the client's error callback
+                // may take it): looked for here too, or the router would wait on a dead
+                // consumer for ever.
+                fatal(&consumer, "router consumer")?;
+                if after_revoke(&producer, &consumer, &shutdown)? {
+                    (next, batches, sources, reported) = Default::default();
+                }
                 // The events first: a progress record vouches for every event routed before it.
                 batches.flush(&producer, &repartition)?;
                 let progress = router_progress(&consumer, config.input.events_topic.names(), &mut sources, config.join.idle_timeout);
@@ -1040,20 +1049,20 @@ async fn router(
                     }
                     reported = progress;
                 }
-                if (!next.is_empty() || report) && !commit_router(&producer, &consumer, &mut next)? {
+                if (!next.is_empty() || report) && !commit_router(&producer, &consumer, &mut next, &shutdown)? {
                     // The rewound events are routed again: progress restarts from them.
                     sources.clear();
                     reported.clear();
                 }
             }
             message = consumer.recv() => {
-                aborted(&mut next, &mut batches, &mut sources, &mut reported);
+                if after_revoke(&producer, &consumer, &shutdown)? {
+                    (next, batches, sources, reported) = Default::default();
+                }
                 let message = match message {
                     Ok(m) => m,
                     Err(err) => {
-                        if let Some((_, reason)) = consumer.client().fatal_error() {
-                            return Err(JoinError::Fatal { what: "router consumer", reason });
-                        }
+                        fatal(&consumer, "router consumer")?;
                         tracing::warn!(%err, "router consumer");
                         continue;
                     }
@@ -1087,11 +1096,14 @@ async fn router(
 
 /// Commits the router's open transaction with its input offsets; on an abortable error
 /// (a rebalance fenced the offsets), aborts and rewinds the consumer to what is committed.
-/// Returns false when it aborted.
+/// Returns false when it aborted. A retriable error (the coordinator restarting, a request
+/// timing out during a broker outage) resumes the same step until it succeeds, as librdkafka
+/// asks, or until shutdown: giving up there would stop the joiner over a passing outage.
 fn commit_router(
     producer: &BaseProducer,
     consumer: &StreamConsumer<JoinContext>,
     next: &mut HashMap<(String, i32), i64>,
+    shutdown: &CancellationToken,
 ) -> Result<bool, JoinError> {
     let mut offsets = TopicPartitionList::new();
     for ((topic, partition), offset) in next.iter() {
@@ -1102,16 +1114,26 @@ fn commit_router(
     next.clear();
     let result = tokio::task::block_in_place(|| {
         let metadata = consumer.group_metadata().ok_or(RdKafkaError::Canceled)?;
-        producer.send_offsets_to_transaction(&offsets, &metadata, Duration::from_secs(30))?;
-        producer.commit_transaction(Duration::from_secs(30))
+        retrying(
+            shutdown,
+            "adding the router's offsets to its transaction",
+            || producer.send_offsets_to_transaction(&offsets, &metadata, TXN_TIMEOUT),
+        )?;
+        retrying(shutdown, "committing a router transaction", || {
+            producer.commit_transaction(TXN_TIMEOUT)
+        })
     });
     let committed = match result {
         Ok(()) => true,
         Err(RdKafkaError::Transaction(e)) if e.txn_requires_abort() => {
             tracing::warn!(error = %e, "router transaction aborted; rewinding to committed offsets");
-            tokio::task::block_in_place(|| producer.abort_transaction(Duration::from_secs(30)))
-                .map_err(client("aborting a transaction"))?;
-            rewind(consumer)?;
+            tokio::task::block_in_place(|| {
+                retrying(shutdown, "aborting a router transaction", || {
+                    featurelog_kafka::txn::abort_transaction(producer, TXN_TIMEOUT)
+                })
+            })
+            .map_err(client("aborting a transaction"))?;
+            rewind(consumer, shutdown)?;
             false
         }
         Err(err) => return Err(client("committing a router transaction")(err)),
@@ -1122,14 +1144,86 @@ fn commit_router(
     Ok(committed)
 }
 
-fn rewind(consumer: &StreamConsumer<JoinContext>) -> Result<(), JoinError> {
+/// How long one attempt of a transaction step may take.
+const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `step` again while it fails with a retriable transaction error, until `shutdown`.
+fn retrying(
+    shutdown: &CancellationToken,
+    what: &'static str,
+    mut step: impl FnMut() -> rdkafka::error::KafkaResult<()>,
+) -> rdkafka::error::KafkaResult<()> {
+    let mut attempt = 0u32;
+    loop {
+        match step() {
+            Err(RdKafkaError::Transaction(e))
+                if e.is_retriable() && !e.txn_requires_abort() && !e.is_fatal() =>
+            {
+                attempt += 1;
+                if shutdown.is_cancelled() {
+                    return Err(RdKafkaError::Transaction(e));
+                }
+                tracing::warn!(error = %e, attempt, "{what}: retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            done => return done,
+        }
+    }
+}
+
+/// After a revoke, completes the abort of the transaction it started, if the rebalance
+/// callback could not (the coordinator unreachable), and begins the next transaction.
+/// Returns true when a revoke aborted the open transaction: what the router gathered for it
+/// is gone, and positions restart from committed offsets.
+fn after_revoke(
+    producer: &BaseProducer,
+    consumer: &StreamConsumer<JoinContext>,
+    shutdown: &CancellationToken,
+) -> Result<bool, JoinError> {
+    use std::sync::atomic::Ordering;
+    let context = consumer.context();
+    if !context.router_aborted.swap(false, Ordering::SeqCst) {
+        return Ok(false);
+    }
+    if context.abort_pending.load(Ordering::SeqCst) {
+        tokio::task::block_in_place(|| {
+            retrying(
+                shutdown,
+                "aborting the router transaction of a rebalance",
+                || featurelog_kafka::txn::abort_transaction(producer, TXN_TIMEOUT),
+            )
+        })
+        .map_err(client("aborting a transaction"))?;
+        context.abort_pending.store(false, Ordering::SeqCst);
+        producer
+            .begin_transaction()
+            .map_err(client("beginning a transaction"))?;
+        tracing::info!("the router transaction of a rebalance is aborted");
+    }
+    Ok(true)
+}
+
+/// Seeks every assigned partition back to its committed offset. A broker that does not answer
+/// is asked again (the positions must move back before anything else is routed).
+fn rewind(
+    consumer: &StreamConsumer<JoinContext>,
+    shutdown: &CancellationToken,
+) -> Result<(), JoinError> {
     let assignment = consumer
         .assignment()
         .map_err(client("reading the assignment"))?;
-    let committed = tokio::task::block_in_place(|| {
-        consumer.committed_offsets(assignment, Duration::from_secs(30))
-    })
-    .map_err(client("reading committed offsets"))?;
+    let committed = loop {
+        match tokio::task::block_in_place(|| {
+            consumer.committed_offsets(assignment.clone(), Duration::from_secs(30))
+        }) {
+            Ok(committed) => break committed,
+            Err(err) if !shutdown.is_cancelled() && consumer.client().fatal_error().is_none() => {
+                tracing::warn!(%err, "reading committed offsets to rewind the router: retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(err) => return Err(client("reading committed offsets")(err)),
+        }
+    };
     for e in committed.elements() {
         let offset = match e.offset() {
             Offset::Offset(o) => Offset::Offset(o),
@@ -1158,7 +1252,59 @@ struct JoinContext {
     /// Set when a revoke aborted the router's open transaction; the router drops what it had
     /// gathered for it.
     router_aborted: std::sync::atomic::AtomicBool,
+    /// Set when the revoke's abort could not complete: the router finishes it.
+    abort_pending: std::sync::atomic::AtomicBool,
 }
+
+/// Returns the consumer's fatal error, if it has one.
+fn fatal(consumer: &StreamConsumer<JoinContext>, what: &'static str) -> Result<(), JoinError> {
+    match consumer.client().fatal_error() {
+        None => Ok(()),
+        Some((rdkafka::types::RDKafkaErrorCode::FencedInstanceId, reason)) => {
+            Err(JoinError::Fenced { what, reason })
+        }
+        Some((_, reason)) => Err(JoinError::Fatal { what, reason }),
+    }
+}
+
+/// How many times a stage may start again after a fence within [`FENCE_WINDOW`]. librdkafka's
+/// own fences come one per outage; two processes with one `instance` fence each other every
+/// few seconds, and must stop with the error that says so.
+const FENCES_ALLOWED: usize = 3;
+const FENCE_WINDOW: Duration = Duration::from_secs(600);
+
+/// Runs a stage, starting it again after a fence ([`JoinError::Fenced`]) while the fences are
+/// few: its partitions went with its consumer, so nothing of the old run carries over.
+async fn restarting_after_fences<F: std::future::Future<Output = Result<(), JoinError>>>(
+    metrics: &JoinMetrics,
+    mut stage: impl FnMut() -> F,
+) -> Result<(), JoinError> {
+    let mut fences: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
+    loop {
+        match stage().await {
+            Err(JoinError::Fenced { what, reason }) => {
+                fences.retain(|at| at.elapsed() < FENCE_WINDOW);
+                if fences.len() >= FENCES_ALLOWED {
+                    return Err(JoinError::Fatal {
+                        what,
+                        reason: format!(
+                            "{reason} ({} times within {} s)",
+                            fences.len() + 1,
+                            FENCE_WINDOW.as_secs()
+                        ),
+                    });
+                }
+                fences.push_back(Instant::now());
+                metrics.stage_restarts.inc();
+                tracing::warn!(what, %reason, "fenced by the group coordinator (librdkafka does this after a broker outage); starting the stage again with a new consumer");
+            }
+            done => return done,
+        }
+    }
+}
+
+/// How long the rebalance callback may spend aborting the router's transaction.
+const REVOKE_ABORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often the consumers' statistics (and so the watermarks in [`JoinContext`]) refresh.
 const STATISTICS_INTERVAL_MS: &str = "1000";
@@ -1188,15 +1334,20 @@ impl ConsumerContext for JoinContext {
                 // (the broker checks the generation, not who owns a partition) while the new
                 // owner routes the same events again: abort it now, before they move. Every
                 // partition then restarts from its committed offset, here or at its new owner.
-                let aborted = producer
-                    .abort_transaction(Duration::from_secs(30))
-                    .and_then(|()| producer.begin_transaction());
+                // Bounded: the consumer is not polled meanwhile. The router loop finishes an
+                // abort that could not complete here before it routes anything again; until
+                // then the transaction stays open, never committed.
+                let aborted =
+                    featurelog_kafka::txn::abort_transaction(producer, REVOKE_ABORT_TIMEOUT)
+                        .and_then(|()| producer.begin_transaction());
                 match aborted {
                     Ok(()) => tracing::info!(
                         "router transaction aborted for a rebalance; its events are routed again from the committed offsets"
                     ),
                     Err(err) => {
-                        tracing::error!(%err, "aborting the router transaction for a rebalance")
+                        tracing::warn!(%err, "the router transaction of a rebalance is not aborted yet; the router finishes the abort before it routes again");
+                        self.abort_pending
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
                     }
                 }
                 self.router_aborted
@@ -1626,6 +1777,7 @@ async fn join(
                 return Ok(());
             }
             _ = tick.tick() => {
+                fatal(&consumer, "join consumer")?;
                 drop_revoked(&mut tasks);
                 if partitions_checked.elapsed() >= PARTITIONS_CHECK {
                     partitions_checked = std::time::Instant::now();
@@ -1743,9 +1895,7 @@ async fn join(
                 let message = match message {
                     Ok(m) => m,
                     Err(err) => {
-                        if let Some((_, reason)) = consumer.client().fatal_error() {
-                            return Err(JoinError::Fatal { what: "join consumer", reason });
-                        }
+                        fatal(&consumer, "join consumer")?;
                         tracing::warn!(%err, "join consumer");
                         continue;
                     }
@@ -2024,6 +2174,67 @@ mod tests {
             "{err}"
         );
         assert!(router_outcome(Ok(Ok(()))).is_ok());
+    }
+
+    fn fenced() -> JoinError {
+        JoinError::Fenced {
+            what: "join consumer",
+            reason: "Static consumer fenced by other consumer with same group.instance.id".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stage_fenced_after_an_outage_starts_again_and_runs_on() {
+        let metrics = JoinMetrics::new();
+        let mut runs = 0;
+        let outcome = restarting_after_fences(&metrics, || {
+            runs += 1;
+            let result = if runs <= FENCES_ALLOWED {
+                Err(fenced())
+            } else {
+                Ok(())
+            };
+            async move { result }
+        })
+        .await;
+        assert!(outcome.is_ok(), "{outcome:?}");
+        assert_eq!(runs, FENCES_ALLOWED + 1);
+        assert!(
+            metrics.render().contains(&format!(
+                "featurelog_join_stage_restarts_total {FENCES_ALLOWED}"
+            )),
+            "{}",
+            metrics.render()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stage_fenced_again_and_again_stops_the_joiner_with_what_to_do() {
+        let metrics = JoinMetrics::new();
+        let mut runs = 0;
+        let outcome = restarting_after_fences(&metrics, || {
+            runs += 1;
+            async { Err(fenced()) }
+        })
+        .await;
+        let err = outcome.unwrap_err();
+        assert!(matches!(err, JoinError::Fatal { .. }), "{err}");
+        assert_eq!(runs, FENCES_ALLOWED + 1);
+        let text = err.to_string();
+        assert!(
+            text.contains("another live process of this group runs with the same `instance`")
+                && text.contains("4 times within 600 s"),
+            "{text}"
+        );
+        // Any other error ends the stage at once.
+        let mut runs = 0;
+        let outcome = restarting_after_fences(&metrics, || {
+            runs += 1;
+            async { Err(JoinError::NoTopic("features".into())) }
+        })
+        .await;
+        assert!(matches!(outcome, Err(JoinError::NoTopic(_))));
+        assert_eq!(runs, 1);
     }
 
     #[test]
