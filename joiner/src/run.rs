@@ -1166,6 +1166,14 @@ fn retrying(
                 tracing::warn!(error = %e, attempt, "{what}: retrying");
                 std::thread::sleep(Duration::from_millis(500));
             }
+            // rust-rdkafka's commit first flushes the transaction's records, which may not
+            // all be delivered within one attempt during an outage.
+            Err(RdKafkaError::Flush(rdkafka::types::RDKafkaErrorCode::OperationTimedOut))
+                if !shutdown.is_cancelled() =>
+            {
+                attempt += 1;
+                tracing::warn!(attempt, "{what}: records not delivered yet; retrying");
+            }
             done => return done,
         }
     }
