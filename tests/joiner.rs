@@ -138,6 +138,16 @@ fn set_held_logs(config: &Path, mode: &str) {
     std::fs::write(config, text).unwrap();
 }
 
+/// Passes a raw librdkafka setting to the clients of a config written by `joiner_config`
+/// (which has no `[kafka.properties]` of its own when the test broker needs none).
+fn set_kafka_property(config: &Path, key: &str, value: &str) {
+    let text = std::fs::read_to_string(config).unwrap().replace(
+        "[input]",
+        &format!("[kafka.properties]\n{key:?} = {value:?}\n[input]"),
+    );
+    std::fs::write(config, text).unwrap();
+}
+
 /// Sets `output.checkpoints-kept` in a config written by `joiner_config`.
 fn keep_checkpoints(config: &Path, kept: u32) {
     let text = std::fs::read_to_string(config).unwrap().replace(
@@ -1747,11 +1757,7 @@ async fn a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_once() {
     // their assignments while the broker is down, so the router's revoke must abort a
     // transaction with records in flight to a broker that is not there, and every task is
     // restored when the partitions come back.
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "[input]",
-        "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n[input]",
-    );
-    std::fs::write(&config, text).unwrap();
+    set_kafka_property(&config, "session.timeout.ms", "6000");
     let metrics = serve_metrics_on_a_known_port(&config);
     let start = || Joiner::start(&config);
     let mut joiner = start();
@@ -2060,11 +2066,7 @@ async fn events_in_partitions_the_apps_add_while_the_joiner_runs_are_joined() {
     let group = s.kafka.unique_group("joiner-events-grown");
     let config = s.joiner_config("j1", &group, &out);
     // librdkafka's clients look for new partitions every 5 minutes by default.
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "[input]",
-        "[kafka.properties]\n\"topic.metadata.refresh.interval.ms\" = \"1000\"\n[input]",
-    );
-    std::fs::write(&config, text).unwrap();
+    set_kafka_property(&config, "topic.metadata.refresh.interval.ms", "1000");
     let joiner = Joiner::start(&config);
     let d = wait_for_rows(&out, s.expected.len(), "before the events topic grows").await;
     check_exact(&d, &s.expected, "before the events topic grows");

@@ -393,7 +393,7 @@ async fn serve(
     let router = (!direct).then(|| {
         let (config, metrics, stop) = (config.clone(), metrics.clone(), stop.clone());
         tokio::spawn(async move {
-            restarting_after_fences(&metrics.clone(), || {
+            restarting_after_fences(&metrics, || {
                 router(config.clone(), partitions, metrics.clone(), stop.clone())
             })
             .await
