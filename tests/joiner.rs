@@ -630,6 +630,34 @@ async fn co_partitioned_events_outside_the_sidecars_sample_are_dropped_and_count
     .await;
 }
 
+/// The lag of `group` on `topic` as lag tools compute it: each partition's end minus the
+/// group's committed offset (the whole partition when nothing is committed). `None` when the
+/// broker does not answer.
+fn features_lag(kafka: &KafkaConfig, group: &str, topic: &str) -> Option<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    // Asks for the group's offsets without joining it.
+    let consumer: BaseConsumer = kafka.client_config(&[("group.id", group)]).create().ok()?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .ok()?;
+    let partitions = metadata.topics().first()?.partitions().len();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, i32::try_from(p).ok()?);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .ok()?;
+    let mut lag = 0;
+    for e in committed.elements() {
+        let (_, high) = consumer
+            .fetch_watermarks(topic, e.partition(), Duration::from_secs(10))
+            .ok()?;
+        lag += high - e.offset().to_raw().filter(|&o| o >= 0).unwrap_or(0);
+    }
+    Some(lag)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     let Some(kafka) = kafka("features_and_app_events_become_exactly_the_expected_parquet_rows")
@@ -650,6 +678,17 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     let (_, price, locale) = &d[&("req-3".to_string(), "31002".to_string())][0];
     assert_eq!(f32::from_bits(*price), 2.0 * 1.25 + 3.0);
     assert_eq!(locale, "jp_JA");
+    // Lag tools (kafka-consumer-groups, Burrow) read the group's committed offsets: once the
+    // rows are written they show the joiner caught up with the feature logs.
+    let caught_up = featurelog_testkit::eventually(Duration::from_secs(30), || {
+        features_lag(&s.kafka.config, &group, &s.features) == Some(0)
+    })
+    .await;
+    assert!(
+        caught_up,
+        "the group's lag on the feature logs: {:?}",
+        features_lag(&s.kafka.config, &group, &s.features)
+    );
     assert!(
         joiner.terminate().success(),
         "the joiner exits 0 on SIGTERM"

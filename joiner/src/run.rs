@@ -1262,6 +1262,8 @@ struct JoinContext {
     router_aborted: std::sync::atomic::AtomicBool,
     /// Set when the revoke's abort could not complete: the router finishes it.
     abort_pending: std::sync::atomic::AtomicBool,
+    /// When the join stage's monitoring commit now in flight was sent.
+    commit_sent: Mutex<Option<Instant>>,
 }
 
 /// Returns the consumer's fatal error, if it has one.
@@ -1334,6 +1336,12 @@ impl ClientContext for JoinContext {
 }
 
 impl ConsumerContext for JoinContext {
+    fn commit_callback(&self, _: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        if let Ok(mut sent) = self.commit_sent.lock() {
+            *sent = None;
+        }
+    }
+
     fn pre_rebalance(&self, _: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             if let Some(producer) = self.router.get() {
@@ -2114,12 +2122,27 @@ fn commit_monitoring(
             }
         }
     }
-    if tpl.count() > 0 {
-        if let Err(err) = consumer.commit(&tpl, rdkafka::consumer::CommitMode::Async) {
-            tracing::debug!(%err, "monitoring offsets not committed");
-        }
+    if tpl.count() == 0 {
+        return;
+    }
+    // One commit in flight at a time. While the coordinator is unreachable librdkafka queues
+    // every commit; each tick's would pile up (and fail one by one in the log when the
+    // outage ends), and one that goes out after the session timed out gets a static member
+    // fenced. A commit whose answer never comes is given up on after a while.
+    let Ok(mut sent) = consumer.context().commit_sent.lock() else {
+        return;
+    };
+    if sent.is_some_and(|at| at.elapsed() < MONITORING_COMMIT_TIMEOUT) {
+        return;
+    }
+    match consumer.commit(&tpl, rdkafka::consumer::CommitMode::Async) {
+        Ok(()) => *sent = Some(Instant::now()),
+        Err(err) => tracing::debug!(%err, "monitoring offsets not committed"),
     }
 }
+
+/// How long a monitoring commit may stay unanswered before the next is sent anyway.
+const MONITORING_COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {
