@@ -1357,9 +1357,14 @@ impl ConsumerContext for JoinContext {
                     featurelog_kafka::txn::abort_transaction(producer, REVOKE_ABORT_TIMEOUT)
                         .and_then(|()| producer.begin_transaction());
                 match aborted {
-                    Ok(()) => tracing::info!(
-                        "router transaction aborted for a rebalance; its events are routed again from the committed offsets"
-                    ),
+                    Ok(()) => {
+                        // This abort also finished one an earlier revoke left pending.
+                        self.abort_pending
+                            .store(false, std::sync::atomic::Ordering::SeqCst);
+                        tracing::info!(
+                            "router transaction aborted for a rebalance; its events are routed again from the committed offsets"
+                        )
+                    }
                     Err(err) => {
                         tracing::warn!(%err, "the router transaction of a rebalance is not aborted yet; the router finishes the abort before it routes again");
                         self.abort_pending
