@@ -630,20 +630,16 @@ async fn co_partitioned_events_outside_the_sidecars_sample_are_dropped_and_count
     .await;
 }
 
-/// The lag of `group` on `topic` as lag tools compute it: each partition's end minus the
-/// group's committed offset (the whole partition when nothing is committed). `None` when the
-/// broker does not answer.
-fn features_lag(kafka: &KafkaConfig, group: &str, topic: &str) -> Option<i64> {
+/// The lag of `group` on the `partitions` of `topic` as lag tools compute it: each
+/// partition's end minus the group's committed offset (the whole partition when nothing is
+/// committed). `None` when the broker does not answer.
+fn group_lag(kafka: &KafkaConfig, group: &str, topic: &str, partitions: i32) -> Option<i64> {
     use rdkafka::consumer::{BaseConsumer, Consumer as _};
     // Asks for the group's offsets without joining it.
     let consumer: BaseConsumer = kafka.client_config(&[("group.id", group)]).create().ok()?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .ok()?;
-    let partitions = metadata.topics().first()?.partitions().len();
     let mut tpl = rdkafka::TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition(topic, i32::try_from(p).ok()?);
+        tpl.add_partition(topic, p);
     }
     let committed = consumer
         .committed_offsets(tpl, Duration::from_secs(10))
@@ -680,14 +676,21 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
     assert_eq!(locale, "jp_JA");
     // Lag tools (kafka-consumer-groups, Burrow) read the group's committed offsets: once the
     // rows are written they show the joiner caught up with the feature logs.
-    let caught_up = featurelog_testkit::eventually(Duration::from_secs(30), || {
-        features_lag(&s.kafka.config, &group, &s.features) == Some(0)
-    })
-    .await;
+    let partitions = featurelog_kafka::admin::partition_count(
+        &s.kafka.config,
+        &s.features,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let lag = || group_lag(&s.kafka.config, &group, &s.features, partitions);
+    let caught_up =
+        featurelog_testkit::eventually(Duration::from_secs(30), || lag() == Some(0)).await;
     assert!(
         caught_up,
         "the group's lag on the feature logs: {:?}",
-        features_lag(&s.kafka.config, &group, &s.features)
+        lag()
     );
     assert!(
         joiner.terminate().success(),
