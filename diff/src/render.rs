@@ -433,8 +433,9 @@ impl Report {
     }
 
     /// One self-contained HTML page: summary, coverage, schema, a table of features and, per
-    /// feature, side-by-side histograms (inline SVG) and the top pairs. No external resource;
-    /// each chart is a few hundred bytes, so hundreds of features stay small.
+    /// feature, side-by-side histograms (inline SVG, drawn by the page's script from each
+    /// chart's bins) and the top pairs. No external resource; a skewed feature's section is
+    /// about 2 KB, so hundreds of features stay small.
     pub fn render_html(&self) -> String {
         let mut o = String::new();
         let verdict = match self.verdict {
@@ -628,8 +629,11 @@ fn feature_html(o: &mut String, f: &FeatureReport) {
     o.push_str("</details>");
 }
 
-/// Side-by-side bars per bin, as shares of each side, in inline SVG: at most 24, the null bin
-/// (last) always among them, as a shift in nulls is a shift like any other.
+/// Side-by-side bars per bin, as shares of each side: at most 24, the null bin (last) always
+/// among them, as a shift in nulls is a shift like any other. The page carries each chart as
+/// its bins' labels and shares (`data-bins`), and its script draws them as inline SVG: drawn
+/// here, the SVG of one chart took ~4 KB (two rects and a tooltip per bar), two thirds of a
+/// skewed feature's section, where its data takes a few hundred bytes.
 fn histogram_svg(o: &mut String, d: &crate::report::Distribution) {
     const BARS: usize = 24;
     let mut bins: Vec<&crate::report::Bin> = d.bins.iter().take(BARS).collect();
@@ -643,45 +647,34 @@ fn histogram_svg(o: &mut String, d: &crate::report::Distribution) {
     }
     let ts: u64 = d.bins.iter().map(|b| b.served).sum::<u64>().max(1);
     let to: u64 = d.bins.iter().map(|b| b.offline).sum::<u64>().max(1);
-    let shares: Vec<(f64, f64)> = bins
+    // [label, served share, offline share] per bar.
+    let data: Vec<serde_json::Value> = bins
         .iter()
-        .map(|b| (b.served as f64 / ts as f64, b.offline as f64 / to as f64))
+        .map(|b| {
+            let (s, of) = (b.served as f64 / ts as f64, b.offline as f64 / to as f64);
+            serde_json::json!([b.label, round6(s), round6(of)])
+        })
         .collect();
-    let max = shares
-        .iter()
-        .map(|(a, b)| a.max(*b))
-        .fold(0.0, f64::max)
-        .max(1e-9);
-    let (w, h, slot) = (bins.len() * 22, 80.0, 22);
+    // In single quotes, so that JSON's double quotes need no escape.
+    let json = serde_json::Value::Array(data).to_string();
     let _ = write!(
         o,
-        "<svg class=\"hist\" width=\"{w}\" height=\"{}\" viewBox=\"0 0 {w} {}\" role=\"img\"><title>served (blue) and offline (orange) share per bin</title>",
-        h + 2.0,
-        h + 2.0
+        "<div class=\"chart\" data-bins='{}'></div>",
+        json.replace('&', "&amp;")
+            .replace('\'', "&#39;")
+            .replace('<', "&lt;")
     );
-    for (i, ((s, of), b)) in shares.iter().zip(&bins).enumerate() {
-        let x = i * slot;
-        let hs = s / max * h;
-        let ho = of / max * h;
-        let _ = write!(
-            o,
-            "<g><title>{}: served {} offline {}</title><rect class=\"s\" x=\"{}\" y=\"{:.1}\" width=\"9\" height=\"{:.1}\"/><rect class=\"o\" x=\"{}\" y=\"{:.1}\" width=\"9\" height=\"{:.1}\"/></g>",
-            esc(&b.label),
-            pct(*s),
-            pct(*of),
-            x + 1,
-            h - hs,
-            hs,
-            x + 10,
-            h - ho,
-            ho
-        );
-    }
-    o.push_str("</svg>");
+}
+
+/// A share to six decimals: enough for a bar's height and for its percentage as `pct` prints
+/// it (the page's script prints it the same way).
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}code{font-size:13px}.v{padding:1px 6px;border-radius:3px;color:#fff}.v.pass{background:#2a7}.v.skew{background:#c33}.viol li{color:#a00}.feat{border-top:1px solid #ddd;padding:.3em 0}.meta{color:#666}.hist rect.s{fill:#3b7dd8}.hist rect.o{fill:#f0922b}.hist{display:block;margin:.3em 0;border-bottom:1px solid #999}tr.hide{display:none}";
 
-/// Filters the feature table; sets `data-report-ok` on the body when it ran, which the
-/// headless-browser test reads as proof that the page's script had no error.
-const SCRIPT: &str = "(function(){var f=document.getElementById('filter'),s=document.getElementById('skewonly');function apply(){var q=f.value.toLowerCase();document.querySelectorAll('#features tr[data-name]').forEach(function(r){var hide=(q&&r.dataset.name.toLowerCase().indexOf(q)<0)||(s.checked&&r.dataset.skew!=='true');r.classList.toggle('hide',!!hide);});}f.addEventListener('input',apply);s.addEventListener('change',apply);apply();document.body.setAttribute('data-report-ok','1');})();";
+/// Draws the charts (`histogram_svg`), then filters the feature table; sets `data-report-ok`
+/// on the body when it ran, which the headless-browser test reads as proof that the page's
+/// script had no error.
+const SCRIPT: &str = "(function(){function e(t){return String(t).replace(/[&<>\"]/g,function(c){return {'&':'&amp;','<':'&lt;','>':'&gt;','\"':'&quot;'}[c];});}function p(x){return x===0?'0%':(100*x).toFixed(x<0.0001?4:2)+'%';}document.querySelectorAll('div.chart').forEach(function(d){var b=JSON.parse(d.dataset.bins),m=1e-9,h=80,w=b.length*22;b.forEach(function(x){m=Math.max(m,x[1],x[2]);});var s='<svg class=\"hist\" width=\"'+w+'\" height=\"82\" viewBox=\"0 0 '+w+' 82\" role=\"img\"><title>served (blue) and offline (orange) share per bin</title>';b.forEach(function(x,i){var hs=x[1]/m*h,ho=x[2]/m*h;s+='<g><title>'+e(x[0])+': served '+p(x[1])+' offline '+p(x[2])+'</title><rect class=\"s\" x=\"'+(i*22+1)+'\" y=\"'+(h-hs).toFixed(1)+'\" width=\"9\" height=\"'+hs.toFixed(1)+'\"/><rect class=\"o\" x=\"'+(i*22+10)+'\" y=\"'+(h-ho).toFixed(1)+'\" width=\"9\" height=\"'+ho.toFixed(1)+'\"/></g>';});d.innerHTML=s+'</svg>';});var f=document.getElementById('filter'),s=document.getElementById('skewonly');function apply(){var q=f.value.toLowerCase();document.querySelectorAll('#features tr[data-name]').forEach(function(r){var hide=(q&&r.dataset.name.toLowerCase().indexOf(q)<0)||(s.checked&&r.dataset.skew!=='true');r.classList.toggle('hide',!!hide);});}f.addEventListener('input',apply);s.addEventListener('change',apply);apply();document.body.setAttribute('data-report-ok','1');})();";
