@@ -773,7 +773,7 @@ fn html_report_opens_in_headless_chromium() {
     assert_eq!(out.status.code(), Some(1));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
-        page.contains("<svg") && page.contains("jp_JA") && !page.contains("http"),
+        page.contains("data-bins") && page.contains("jp_JA") && !page.contains("http"),
         "self-contained"
     );
     assert!(page.len() < 200_000, "{} bytes", page.len());
@@ -804,18 +804,49 @@ fn html_report_opens_in_headless_chromium() {
             &format!("--user-data-dir={}", profile.path().display()),
         ]);
     };
-    let mut dump = Command::new(chromium);
-    common(&mut dump);
-    let out = dump.args(["--dump-dom", &url]).output().unwrap();
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let log = String::from_utf8_lossy(&out.stderr);
+    let dump = |url: &str| {
+        let mut dump = Command::new(chromium);
+        common(&mut dump);
+        let out = dump.args(["--dump-dom", url]).output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), log)
+    };
+    // The check must be able to fail: a page that logs an error and throws is caught by it with
+    // this very Chromium (whose log format changed once already: `CONSOLE(12)` became
+    // `CONSOLE:12`, and a check for the old one passed everything).
+    let control = fx.dir.path().join("control.html");
+    std::fs::write(
+        &control,
+        "<html><body><script>console.error('control-error'); null.f();</script></body></html>",
+    )
+    .unwrap();
+    let (_, log) = dump(&format!("file://{}", control.display()));
+    let caught = console_messages(&log);
+    assert!(
+        caught.iter().any(|l| l.contains("control-error"))
+            && caught.iter().any(|l| l.contains("Uncaught")),
+        "the console check misses a page's errors: {caught:?}\n{log}"
+    );
+
+    let (dom, log) = dump(&url);
     assert!(
         dom.contains("data-report-ok=\"1\""),
         "the page's script did not finish:\n{log}"
     );
-    for bad in ["Uncaught", "CONSOLE(", "console.error"] {
-        assert!(!log.contains(bad), "console error ({bad}):\n{log}");
-    }
+    // The script drew every chart.
+    let charts = page.matches("class=\"chart\"").count();
+    assert!(charts > 0);
+    // (The body only: the script's own text holds the markup it writes.)
+    let body = dom.split("<script>").next().unwrap();
+    assert_eq!(
+        body.matches("<svg class=\"hist\"").count(),
+        charts,
+        "charts drawn"
+    );
+    assert!(body.contains("<rect class=\"s\""), "no bars");
+    // The report logs nothing at all: any console line is an error or a leftover.
+    let messages = console_messages(&log);
+    assert!(messages.is_empty(), "console messages: {messages:?}");
 
     let png = fx.dir.path().join("report.png");
     let mut shot = Command::new(chromium);
@@ -835,6 +866,14 @@ fn html_report_opens_in_headless_chromium() {
     if let Ok(dir) = std::env::var("FEATURELOG_DIFF_SCREENSHOT") {
         std::fs::copy(&png, Path::new(&dir).join("diff-report.png")).unwrap();
     }
+}
+
+/// The console messages (logs, errors, uncaught exceptions) in Chromium's stderr log, in either
+/// of the formats its releases have used (`INFO:CONSOLE(12)]`, `INFO:CONSOLE:12]`).
+fn console_messages(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains(":CONSOLE(") || l.contains(":CONSOLE:"))
+        .collect()
 }
 
 /// Runs `featurelog diff --format json` on two paths keyed by `key`: the exit code, the report
@@ -1843,4 +1882,224 @@ fn complete_only_reads_the_hours_marked_complete() {
     let (_, root, _) = diff_json(&served, &offline, "request_id,item_id", &complete_only);
     assert_eq!(root["served"]["rows"], ROWS as u64);
     assert_eq!(root["served"]["incomplete_files_skipped"], 0);
+}
+
+/// Every normalization class of docs/DIFF.md, injected into a column of its own and read back
+/// through the command line: each feature names exactly its class with the count injected, the
+/// rate it would have after that normalization (non-zero when another class is left), the
+/// nulls on one side only, and nothing is reported for the column that agrees.
+#[test]
+fn every_normalization_class_is_named_with_its_count_and_rate_after() {
+    const N: i64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let text = |f: &dyn Fn(i64) -> Option<&'static str>| {
+        Arc::new(StringArray::from_iter((0..N).map(f))) as ArrayRef
+    };
+    let ints =
+        |f: &dyn Fn(i64) -> Option<i64>| Arc::new(Int64Array::from_iter((0..N).map(f))) as ArrayRef;
+    let tags = |swapped: &dyn Fn(i64) -> bool| {
+        let mut b = ListBuilder::new(StringBuilder::new());
+        for i in 0..N {
+            let (x, y) = if swapped(i) { ("b", "a") } else { ("a", "b") };
+            b.values().append_value(x);
+            b.values().append_value(y);
+            b.append(true);
+        }
+        Arc::new(b.finish()) as ArrayRef
+    };
+    // Not one of these is a float32 exactly, so each of the first 25 rounds differently.
+    let score = |i: i64| i as f64 + 0.1;
+    let served = batch(vec![
+        ("id", ints(&Some)),
+        ("country", text(&|_| Some("US"))),
+        ("city", text(&|_| Some("New York"))),
+        ("qty", text(&|_| Some("1"))),
+        (
+            "score",
+            Arc::new(Float64Array::from_iter_values(
+                (0..N).map(|i| f64::from(score(i) as f32)),
+            )),
+        ),
+        ("segment", text(&|i| (i >= 12).then_some("a"))),
+        ("age", ints(&|i| (i >= 8).then_some(30))),
+        ("bucket", ints(&|_| Some(5))),
+        ("tags", tags(&|_| false)),
+        (
+            "market",
+            text(&|i| {
+                Some(match i {
+                    0..10 => "jp-JA",
+                    10..14 => "en",
+                    _ => "en-GB",
+                })
+            }),
+        ),
+        ("clean", text(&|i| Some(if i % 2 == 0 { "x" } else { "y" }))),
+    ]);
+    let offline = batch(vec![
+        ("id", ints(&Some)),
+        ("country", text(&|i| Some(if i < 20 { "us" } else { "US" }))),
+        (
+            "city",
+            text(&|i| Some(if i < 10 { "  New   York " } else { "New York" })),
+        ),
+        ("qty", text(&|i| Some(if i < 15 { "1.0" } else { "1" }))),
+        (
+            "score",
+            Arc::new(Float64Array::from_iter_values((0..N).map(|i| {
+                if i < 25 {
+                    score(i)
+                } else {
+                    f64::from(score(i) as f32)
+                }
+            }))),
+        ),
+        ("segment", text(&|i| Some(if i < 12 { "" } else { "a" }))),
+        ("age", ints(&|i| Some(if i < 8 { -1 } else { 30 }))),
+        ("bucket", ints(&|i| (i >= 6).then_some(5))),
+        ("tags", tags(&|i| i < 9)),
+        (
+            "market",
+            text(&|i| Some(if i < 10 { "JP_ja" } else { "en-GB" })),
+        ),
+        ("clean", text(&|i| Some(if i % 2 == 0 { "x" } else { "y" }))),
+    ]);
+    let (served, offline) = parquet_sides(dir.path(), &served, &offline);
+    let thresholds = dir.path().join("thresholds.toml");
+    // Without a tolerance of its own the float32 round trip would be a match (docs/DIFF.md).
+    std::fs::write(&thresholds, "[feature.score]\nrel-tolerance = 0\n").unwrap();
+    let thresholds = thresholds.display().to_string();
+    let (code, r, err) = diff_json(&served, &offline, "id", &["--thresholds", &thresholds]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(r["coverage"]["both"], N, "{}", r["coverage"]);
+
+    // (feature, mismatches, [(class, count, mismatch rate after it)], null served only,
+    // null offline only)
+    type Classes = &'static [(&'static str, u64, f64)];
+    let expected: [(&str, u64, Classes, u64, u64); 10] = [
+        ("country", 20, &[("case", 20, 0.0)], 0, 0),
+        ("city", 10, &[("whitespace", 10, 0.0)], 0, 0),
+        ("qty", 15, &[("number-format", 15, 0.0)], 0, 0),
+        ("score", 25, &[("float32-round-trip", 25, 0.0)], 0, 0),
+        ("segment", 12, &[("null-sentinel", 12, 0.0)], 12, 0),
+        ("age", 8, &[("null-sentinel", 8, 0.0)], 8, 0),
+        ("bucket", 6, &[("other", 6, 0.06)], 0, 6),
+        ("tags", 9, &[("list-order", 9, 0.0)], 0, 0),
+        (
+            "market",
+            14,
+            &[("case+separator", 10, 0.04), ("locale-truncation", 4, 0.10)],
+            0,
+            0,
+        ),
+        ("clean", 0, &[], 0, 0),
+    ];
+    for (name, mismatches, classes, null_served, null_offline) in expected {
+        let f = feature(&r, name);
+        assert_eq!(f["mismatches"], mismatches, "{name}: {f}");
+        assert_eq!(f["null_served_only"], null_served, "{name}: {f}");
+        assert_eq!(f["null_offline_only"], null_offline, "{name}: {f}");
+        let got: Vec<(String, u64, f64)> = f["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["class"].as_str().unwrap().to_owned(),
+                    c["count"].as_u64().unwrap(),
+                    c["mismatch_rate_after"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got.len(), classes.len(), "{name}: {got:?}");
+        for ((class, count, after), (want_class, want_count, want_after)) in got.iter().zip(classes)
+        {
+            assert_eq!(
+                (class.as_str(), *count),
+                (*want_class, *want_count),
+                "{name}"
+            );
+            assert!((after - want_after).abs() < 1e-9, "{name} {class}: {after}");
+        }
+    }
+    // Every skewed feature fails the diff; the clean one and the key never do.
+    let failing: BTreeSet<&str> = r["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["subject"].as_str().unwrap())
+        .collect();
+    let skewed: BTreeSet<&str> = expected.iter().filter(|e| e.1 > 0).map(|e| e.0).collect();
+    assert_eq!(failing, skewed, "{}", r["violations"]);
+}
+
+/// A model with hundreds of features gets a report page of a few kilobytes per feature, each
+/// feature skewed (so each has its open section, histograms and top pairs): the worst case.
+#[test]
+fn html_report_stays_small_with_hundreds_of_features() {
+    const ROWS: i64 = 2000;
+    const NUMBERS: usize = 200;
+    const TEXTS: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let side = |offline: bool| {
+        let mut columns: Vec<(String, ArrayRef)> = vec![(
+            "id".into(),
+            Arc::new(Int64Array::from_iter_values(0..ROWS)) as ArrayRef,
+        )];
+        for f in 0..NUMBERS {
+            let values = (0..ROWS).map(|i| {
+                let v = ((i * 7919 + f as i64 * 104_729) % 1000) as f64 / 10.0;
+                // A tenth of the rows drift offline, by an amount that grows with the row.
+                if offline && i % 10 == f as i64 % 10 {
+                    v + 1.0 + i as f64 / 100.0
+                } else {
+                    v
+                }
+            });
+            columns.push((
+                format!("num_{f:03}"),
+                Arc::new(Float64Array::from_iter_values(values)),
+            ));
+        }
+        for f in 0..TEXTS {
+            let values = (0..ROWS).map(|i| {
+                let v = format!("cat-{}-{}", f, (i * 31 + f as i64) % 40);
+                if offline && i % 7 == 0 {
+                    v.replace('-', "_")
+                } else {
+                    v
+                }
+            });
+            columns.push((
+                format!("txt_{f:03}"),
+                Arc::new(StringArray::from_iter_values(values)),
+            ));
+        }
+        RecordBatch::try_from_iter(columns).unwrap()
+    };
+    let (served, offline) = parquet_sides(dir.path(), &side(false), &side(true));
+    let html = dir.path().join("report.html");
+    let html_arg = html.display().to_string();
+    let out = diff_cli(&served, &offline, "id", &["--html", &html_arg]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    let features = NUMBERS + TEXTS;
+    for f in ["num_000", "num_199", "txt_000", "txt_099"] {
+        assert!(page.contains(f), "{f} is not on the page");
+    }
+    let per_feature = page.len() / features;
+    eprintln!(
+        "{features} features: {} bytes, {per_feature} bytes a feature",
+        page.len()
+    );
+    assert!(
+        per_feature < 3_000,
+        "{} bytes for {features} features ({per_feature} a feature)",
+        page.len()
+    );
 }
