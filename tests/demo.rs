@@ -152,6 +152,109 @@ fn check(out: &Path, stdout: &str) {
     assert!(stdout.contains(&format!("{} rows", want.len())), "{stdout}");
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("user_locale"));
+    figures(out, stdout, want.len());
+    readme_snippets(out, want.len());
+}
+
+/// What the demo prints besides the report: progress while it runs, and at the end the figures
+/// a newcomer reads (requests, bytes before and after the allow list, rows and files, where
+/// the report is), each agreeing with what is on disk.
+fn figures(out: &Path, stdout: &str, rows: usize) {
+    let progress: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("[traffic]") || l.contains("[joining]"))
+        .collect();
+    assert!(!progress.is_empty(), "no progress lines:\n{stdout}");
+    for line in &progress {
+        for part in ["requests", "records logged", "rows joined"] {
+            assert!(line.contains(part), "{line}");
+        }
+    }
+    // `label   value` lines of the Figures block.
+    let figure = |label: &str| {
+        let line = stdout
+            .lines()
+            .skip_while(|l| *l != "Figures")
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} figure:\n{stdout}"));
+        line.trim_start()[label.len()..].trim().to_owned()
+    };
+    assert!(
+        figure("requests").starts_with(&format!("{REQUESTS} (")),
+        "{stdout}"
+    );
+    assert!(
+        figure("app events").starts_with(&format!("{rows} impressions")),
+        "{stdout}"
+    );
+    // "X MiB of requests -> Y MiB of records after the allow list (Rx smaller), N records"
+    let bytes = figure("bytes");
+    let smaller: f64 = bytes
+        .split_once('(')
+        .and_then(|(_, r)| r.split_once("x smaller"))
+        .and_then(|(x, _)| x.parse().ok())
+        .unwrap_or_else(|| panic!("bytes figure: {bytes}"));
+    assert!(
+        smaller > 1.0,
+        "the allow list made records no smaller: {bytes}"
+    );
+    assert!(bytes.ends_with(&format!("{REQUESTS} records")), "{bytes}");
+    let dataset = figure("dataset");
+    let files = parquet_files(&out.join("dataset"));
+    assert_eq!(
+        dataset,
+        format!(
+            "{rows} rows in {files} Parquet files: {}",
+            out.join("dataset").display()
+        )
+    );
+    assert!(files > 0);
+    assert_eq!(
+        figure("HTML report"),
+        out.join("report.html").display().to_string()
+    );
+}
+
+/// Data files of a dataset, as readers count them: not the joiner's bookkeeping, not late rows.
+fn parquet_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            !(name.starts_with('_') || name.starts_with('.') || name == "late")
+        })
+        .map(|e| {
+            if e.file_type().unwrap().is_dir() {
+                parquet_files(&e.path())
+            } else {
+                usize::from(e.path().extension().is_some_and(|x| x == "parquet"))
+            }
+        })
+        .sum()
+}
+
+/// The README's pyarrow and Polars snippets, pasted as they are (only the path and the hour
+/// changed), read every row of the demo's dataset and the rows of one hour.
+fn readme_snippets(out: &Path, rows: usize) {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let read = featurelog_testkit::python_json(
+        "readme_snippets.py",
+        &[readme.as_path(), &out.join("dataset")],
+        &[],
+    );
+    assert_eq!(read["dataset_rows"], rows, "{read}");
+    for reader in ["pyarrow", "polars"] {
+        assert_eq!(read[reader]["rows"], rows, "{reader}: {read}");
+        assert_eq!(read[reader]["hour"], read["hour_rows"], "{reader}: {read}");
+        let columns = read[reader]["columns"].as_array().unwrap();
+        for column in ["request_id", "item_id", "clicks", "user_locale", "dt", "hr"] {
+            assert!(
+                columns.iter().any(|c| c == column),
+                "{reader}: no {column}: {read}"
+            );
+        }
+    }
 }
 
 #[test]
