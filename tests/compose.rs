@@ -265,6 +265,14 @@ fn depends_on_conditions_can_be_met_and_the_services_point_at_each_other() {
         triton_args.contains(&format!("--grpc-port={port}")),
         "{triton_args}"
     );
+    // And its REST proxy to Triton's HTTP port.
+    let rest = sidecar.rest.as_ref().unwrap().upstream.as_str();
+    let (host, port) = rest.trim_start_matches("http://").split_once(':').unwrap();
+    assert_eq!(host, "triton");
+    assert!(
+        triton_args.contains(&format!("--http-port={port}")),
+        "{triton_args}"
+    );
     let advertised = environment(&all["kafka"])
         .into_iter()
         .find(|(k, _)| k == "KAFKA_ADVERTISED_LISTENERS")
@@ -287,6 +295,27 @@ fn depends_on_conditions_can_be_met_and_the_services_point_at_each_other() {
         .split('/')
         .next()
         .unwrap();
+    // The joiner writes to the S3 API of the minio service: its name, and the port MinIO
+    // serves the API on (9000 unless `--address` says otherwise; `--console-address` is the
+    // web console's).
+    let store = join.output.object_store.as_ref().unwrap();
+    let endpoint = store.endpoint.as_deref().unwrap();
+    let (host, port) = endpoint
+        .trim_start_matches("http://")
+        .split_once(':')
+        .unwrap();
+    assert_eq!(host, "minio", "{endpoint}");
+    let minio_args = strings(&all["minio"]["command"]);
+    let api_port = minio_args
+        .iter()
+        .position(|a| a == "--address")
+        .map_or("9000", |i| minio_args[i + 1].trim_start_matches(':'));
+    assert_eq!(port, api_port, "{endpoint} vs minio {minio_args:?}");
+    assert_eq!(
+        store.allow_http,
+        Some(true),
+        "an http:// endpoint needs allow-http"
+    );
     let init = strings(&all["minio-init"]["command"]).join(" ");
     assert!(
         init.contains(&format!("mb --ignore-existing local/{bucket}")),
