@@ -2103,3 +2103,210 @@ fn html_report_stays_small_with_hundreds_of_features() {
         page.len()
     );
 }
+
+/// The coverage and schema counts no other test reaches, with a CSV on the served side (a
+/// non-empty one): null keys on both sides, a served-only key, an offline-only one, a column
+/// missing offline, an extra offline column, a near name that differs by separator, and a type
+/// difference whose values are still compared.
+#[test]
+fn coverage_and_schema_count_every_kind_with_a_csv_served_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served.csv");
+    std::fs::write(
+        &served,
+        "id,score,item-price,only_served\n1,0.5,1.5,a\n2,0.25,2.5,b\n3,1,3.5,c\n,9,9.5,d\n4,2,4.5,e\n",
+    )
+    .unwrap();
+    let offline = dir.path().join("offline.parquet");
+    write_parquet(
+        &offline,
+        &batch(vec![
+            (
+                "id",
+                Arc::new(Int64Array::from(vec![
+                    Some(1),
+                    Some(2),
+                    Some(3),
+                    None,
+                    None,
+                    Some(5),
+                ])) as ArrayRef,
+            ),
+            (
+                "score",
+                Arc::new(StringArray::from(vec!["0.5", "0.25", "1", "9", "9", "7"])),
+            ),
+            (
+                "item_price",
+                Arc::new(Float64Array::from(vec![1.5, 2.5, 3.5, 9.5, 9.5, 5.5])),
+            ),
+            (
+                "only_offline",
+                Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6])),
+            ),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 1, "{err}");
+    let c = &r["coverage"];
+    assert_eq!(c["served_rows"], 5, "{c}");
+    assert_eq!(c["offline_rows"], 6, "{c}");
+    assert_eq!(c["both"], 3, "{c}");
+    assert_eq!(c["served_only"], 1, "{c}");
+    assert_eq!(c["offline_only"], 1, "{c}");
+    assert_eq!(c["served_null_keys"], 1, "{c}");
+    assert_eq!(c["offline_null_keys"], 2, "{c}");
+    assert_eq!(c["served_only_examples"][0], "4", "{c}");
+    let s = &r["schema"];
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&s["missing_in_offline"]),
+        ["item-price", "only_served"],
+        "{s}"
+    );
+    assert_eq!(
+        names(&s["extra_in_offline"]),
+        ["item_price", "only_offline"],
+        "{s}"
+    );
+    assert_eq!(s["near_names"][0]["served"], "item-price", "{s}");
+    assert_eq!(s["near_names"][0]["offline"], "item_price", "{s}");
+    assert_eq!(s["near_names"][0]["differs_by"], "separator", "{s}");
+    // score: a number served (CSV inference), text offline: compared as text, where the
+    // served 1 reads "1.0" against the offline "1" (the issue's `"1"` vs `1.0`).
+    assert_eq!(s["type_differences"][0]["column"], "score", "{s}");
+    let score = feature(&r, "score");
+    assert_eq!(score["compared"], 3, "{score}");
+    assert_eq!(score["mismatches"], 1, "{score}");
+    assert_eq!(score["top_pairs"][0]["served"], "\"1.0\"", "{score}");
+    assert_eq!(score["top_pairs"][0]["offline"], "\"1\"", "{score}");
+    assert_eq!(score["classes"][0]["class"], "number-format", "{score}");
+    assert_eq!(score["classes"][0]["mismatch_rate_after"], 0.0, "{score}");
+    // What fails: the keys of one side only and null keys, the missing columns, score; not
+    // the extra columns (fail-on-extra is off by default).
+    let failing: BTreeSet<(String, String)> = r["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let text = |k: &str| v[k].as_str().unwrap_or("-").to_owned();
+            (text("scope"), text("metric"))
+        })
+        .collect();
+    let has = |scope: &str, metric: &str| failing.contains(&(scope.into(), metric.into()));
+    for metric in [
+        "max-null-keys",
+        "max-served-only-rate",
+        "max-offline-only-rate",
+    ] {
+        assert!(has("coverage", metric), "{metric}: {failing:?}");
+    }
+    let subjects: BTreeSet<&str> = r["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["scope"] != "coverage")
+        .map(|v| v["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        subjects,
+        BTreeSet::from(["item-price", "only_served", "score"]),
+        "{}",
+        r["violations"]
+    );
+}
+
+/// When the keys do not line up at all (the offline table was built for other requests), no
+/// value is compared, but the distributions still say which features shifted and where: a
+/// number moved up by a third of its range, a category that doubled its share and a value
+/// served that offline never had, against twins of each that did not move.
+#[test]
+fn distributions_find_the_shifted_features_when_no_key_lines_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 2000;
+    let ids = |from: i64| Arc::new(Int64Array::from_iter_values(from..from + n)) as ArrayRef;
+    let num = |shift: f64| {
+        Arc::new(Float64Array::from_iter_values(
+            (0..n).map(|i| ((i * 37) % 90) as f64 + shift),
+        )) as ArrayRef
+    };
+    let cats = |i: i64| format!("c{}", (i * 7) % 5);
+    let text = |f: &dyn Fn(i64) -> String| {
+        Arc::new(StringArray::from_iter_values((0..n).map(f))) as ArrayRef
+    };
+    let (served, offline) = parquet_sides(
+        dir.path(),
+        &batch(vec![
+            ("id", ids(0)),
+            ("x", num(30.0)),
+            ("x_same", num(0.0)),
+            (
+                "c",
+                text(&|i| {
+                    if i % 10 < 2 {
+                        "c0".into()
+                    } else if i % 10 == 2 {
+                        "new".into()
+                    } else {
+                        cats(i)
+                    }
+                }),
+            ),
+            ("c_same", text(&cats)),
+        ]),
+        &batch(vec![
+            ("id", ids(1_000_000)),
+            ("x", num(0.0)),
+            ("x_same", num(0.0)),
+            ("c", text(&cats)),
+            ("c_same", text(&cats)),
+        ]),
+    );
+    let (code, r, err) = diff_json(&served, &offline, "id", &[]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(r["coverage"]["both"], 0, "{}", r["coverage"]);
+    assert_eq!(r["coverage"]["served_only"], n, "{}", r["coverage"]);
+    let d = |name: &str| feature(&r, name)["distribution"].clone();
+    let x = d("x");
+    assert_eq!(x["kind"], "numeric", "{x}");
+    assert!(x["psi"].as_f64().unwrap() > 1.0, "{x}");
+    // A third of the offline range is above the served minimum: KS sees at least that.
+    assert!(x["ks"].as_f64().unwrap() > 0.3, "{x}");
+    let same = d("x_same");
+    assert!(same["psi"].as_f64().unwrap() < 0.01, "{same}");
+    assert!(same["ks"].as_f64().unwrap() < 0.01, "{same}");
+    let c = d("c");
+    assert_eq!(c["kind"], "categorical", "{c}");
+    assert!(c["psi"].as_f64().unwrap() > 0.25, "{c}");
+    let top: Vec<&str> = c["top_contributors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    // The value offline never had leads; the category that grew is named too.
+    assert_eq!(top[0], "(not offline)", "{c}");
+    assert!(top.contains(&"\"c0\""), "{c}");
+    assert!(d("c_same")["psi"].as_f64().unwrap() < 0.01);
+    // Only the shifted features fail on a distance.
+    let shifted: BTreeSet<&str> = r["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            f["violations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v == "max-psi")
+        })
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(shifted, BTreeSet::from(["c", "x"]));
+}
