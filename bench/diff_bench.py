@@ -6,6 +6,7 @@ default settings (all cores, memory limit 80% of RAM).
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -22,57 +23,85 @@ FLOATS = set(FEATURES[:12])
 
 def duckdb_sql(served: str, offline: str) -> str:
     """Coverage, duplicate keys and per-feature match counts with the diff's default tolerance
-    (abs 0, rel 1e-6), null on one side only, and the top mismatching pairs of each feature."""
+    (abs 0, rel 1e-6), null on one side only, and the top mismatching pairs of each feature.
+
+    The sides are views over the Parquet files, read in place as the diff reads them (copying
+    them into temporary tables first would charge DuckDB for a load the diff does not do). The
+    joined rows are kept once in a temporary table with only the columns the two queries over
+    them read, since both the counts and the top pairs need them."""
     per = []
     for f in FEATURES:
         if f in FLOATS:
-            differ = (f"(s.{f} IS NOT NULL AND o.{f} IS NOT NULL AND abs(s.{f} - o.{f}) > "
-                      f"1e-6 * greatest(abs(s.{f}), abs(o.{f})))")
+            differ = (f"(s_{f} IS NOT NULL AND o_{f} IS NOT NULL AND abs(s_{f} - o_{f}) > "
+                      f"1e-6 * greatest(abs(s_{f}), abs(o_{f})))")
         else:
-            differ = f"(s.{f} IS NOT NULL AND o.{f} IS NOT NULL AND s.{f} <> o.{f})"
+            differ = f"(s_{f} IS NOT NULL AND o_{f} IS NOT NULL AND s_{f} <> o_{f})"
         per.append(f"count(*) FILTER (WHERE both_sides AND {differ}) AS {f}_differ")
-        per.append(f"count(*) FILTER (WHERE both_sides AND (s.{f} IS NULL) <> (o.{f} IS NULL)) AS {f}_null_one_side")
-    cols_s = ", ".join(f"{f}" for f in FEATURES)
+        per.append(f"count(*) FILTER (WHERE both_sides AND (s_{f} IS NULL) <> (o_{f} IS NULL)) AS {f}_null_one_side")
+    cols = ", ".join(FEATURES)
     pairs = " UNION ALL ".join(
         f"(SELECT '{f}' AS feature, CAST(s_{f} AS VARCHAR) AS served, CAST(o_{f} AS VARCHAR) AS offline, count(*) AS n "
-        f"FROM j WHERE s_{f} IS DISTINCT FROM o_{f} GROUP BY ALL ORDER BY n DESC LIMIT 10)"
+        f"FROM j WHERE both_sides AND s_{f} IS DISTINCT FROM o_{f} GROUP BY ALL ORDER BY n DESC LIMIT 10)"
         for f in FEATURES
     )
     sel_s = ", ".join(f"s.{f} AS s_{f}" for f in FEATURES)
     sel_o = ", ".join(f"o.{f} AS o_{f}" for f in FEATURES)
     return f"""
-CREATE TEMP TABLE s AS SELECT request_id, item_id, {cols_s} FROM read_parquet('{served}/**/*.parquet', hive_partitioning = true);
-CREATE TEMP TABLE o AS SELECT request_id, item_id, {cols_s} FROM read_parquet('{offline}');
-SELECT (SELECT count(*) FROM s) AS served_rows, (SELECT count(*) FROM o) AS offline_rows,
-       (SELECT count(*) - count(DISTINCT (request_id, item_id)) FROM s) AS served_dups,
-       (SELECT count(*) - count(DISTINCT (request_id, item_id)) FROM o) AS offline_dups;
+CREATE VIEW s AS SELECT request_id, item_id, {cols} FROM read_parquet('{served}/**/*.parquet', hive_partitioning = true);
+CREATE VIEW o AS SELECT request_id, item_id, {cols} FROM read_parquet('{offline}');
+SELECT 'rows', (SELECT count(*) FROM s), (SELECT count(*) FROM o),
+       (SELECT count(*) - count(DISTINCT (request_id, item_id)) FROM s),
+       (SELECT count(*) - count(DISTINCT (request_id, item_id)) FROM o);
 CREATE TEMP TABLE j AS
   SELECT s.request_id IS NOT NULL AND o.request_id IS NOT NULL AS both_sides,
          s.request_id IS NULL AS offline_only, o.request_id IS NULL AS served_only, {sel_s}, {sel_o}
   FROM s FULL OUTER JOIN o ON s.request_id = o.request_id AND s.item_id = o.item_id;
-SELECT count(*) FILTER (WHERE both_sides) AS both, count(*) FILTER (WHERE served_only) AS served_only,
-       count(*) FILTER (WHERE offline_only) AS offline_only,
-       {", ".join(p.replace("s." , "s_").replace("o.", "o_") for p in per)}
+SELECT 'counts', count(*) FILTER (WHERE both_sides) AS both, count(*) FILTER (WHERE served_only) AS served_only,
+       count(*) FILTER (WHERE offline_only) AS offline_only, {", ".join(per)}
 FROM j;
-SELECT * FROM ({pairs}) WHERE feature IS NOT NULL;
+SELECT 'pair', * FROM ({pairs}) WHERE feature IS NOT NULL;
 """
 
 
 DUCKDB_CHILD = r"""
-import sys, duckdb
+import json, sys, duckdb
 NAMES = [f"f32_{i}" for i in range(8)] + [f"f64_{i}" for i in range(4)] + [f"i64_{i}" for i in range(4)] + [f"str_{i}" for i in range(4)]
 con = duckdb.connect()
 con.execute('SET enable_progress_bar = false')
-results = []
+out = {}
 for stmt in [s for s in sys.stdin.read().split(';') if s.strip()]:
     r = con.execute(stmt)
     try:
-        results.append(r.fetchall())
+        rows = r.fetchall()
     except Exception:
-        pass
-counts = [r for r in results if r and len(r[0]) > 10][0][0]
-print('both', counts[0], 'served_only', counts[1], 'offline_only', counts[2], 'differ', {n: c for n, c in zip(NAMES, counts[3::2]) if c})
+        continue
+    for row in rows:
+        if row and row[0] == 'rows':
+            out['served_rows'], out['offline_rows'], out['served_dups'], out['offline_dups'] = row[1:]
+        elif row and row[0] == 'counts':
+            out['both'], out['served_only'], out['offline_only'] = row[1:4]
+            # A mismatch, as the diff counts it: values apart beyond the tolerance, or null on
+            # one side only.
+            out['mismatches'] = {n: d + z for n, d, z in zip(NAMES, row[4::2], row[5::2]) if d + z}
+        elif row and row[0] == 'pair':
+            out.setdefault('pairs', 0)
+            out['pairs'] += 1
+print(json.dumps(out))
 """
+
+
+def agree(diff_out: str, duck_out: str) -> list:
+    """Where the two contenders' counts differ (nothing, when both did the same comparison)."""
+    import json
+    rep, duck = json.loads(diff_out), json.loads(duck_out)
+    c = rep["coverage"]
+    mine = {
+        "served_rows": c["served_rows"], "offline_rows": c["offline_rows"],
+        "served_dups": c["served_duplicate_keys"], "offline_dups": c["offline_duplicate_keys"],
+        "both": c["both"], "served_only": c["served_only"], "offline_only": c["offline_only"],
+        "mismatches": {f["name"]: f["mismatches"] for f in rep["features"] if f["mismatches"]},
+    }
+    return [f"{k}: diff {v} duckdb {duck.get(k)}" for k, v in mine.items() if duck.get(k) != v]
 
 
 def measure(cmd, stdin=None):
@@ -117,6 +146,7 @@ def main():
     sql = duckdb_sql(served, offline)
     rows = []
     for r in range(args.rounds):
+        outputs = {}
         for name, cmd, stdin in (("featurelog diff", diff_cmd, None), ("duckdb", duck_cmd, sql)):
             m = measure(cmd, stdin)
             if m["code"] not in (0, 1):
@@ -125,20 +155,20 @@ def main():
             rows.append((name, r, m))
             print(f"round {r} {name}: wall {m['wall']:.2f} s, cpu {m['cpu']:.2f} s, "
                   f"peak rss {m['rss_mib']:.0f} MiB", file=sys.stderr)
-            if name == "duckdb":
-                print(f"  duckdb coverage/mismatch row: {m['out'].strip()[:300]}", file=sys.stderr)
-            else:
-                import json
-                rep = json.loads(m["out"])
-                c = rep["coverage"]
-                mism = {f["name"]: f["mismatches"] for f in rep["features"] if f["mismatches"]}
-                print(f"  diff: both {c['both']} served_only {c['served_only']} offline_only {c['offline_only']} "
-                      f"mismatches {mism}", file=sys.stderr)
+            outputs[name] = m["out"]
+        disagree = agree(outputs["featurelog diff"], outputs["duckdb"])
+        if disagree:
+            print("the two contenders disagree:\n  " + "\n  ".join(disagree), file=sys.stderr)
+            sys.exit(1)
+        rep = json.loads(outputs["featurelog diff"])
+        print(f"  same counts: both {rep['coverage']['both']}, served only {rep['coverage']['served_only']}, "
+              f"mismatches {dict((f['name'], f['mismatches']) for f in rep['features'] if f['mismatches'])}",
+              file=sys.stderr)
 
     def best(name, key):
         return min(m[key] for n, _, m in rows if n == name)
 
-    print(f"\nrows per side: {args.rows}, 20 features, best of {args.rounds} round(s)\n")
+    print(f"\nrows per side: {args.rows}, 20 features, best of {args.rounds} round(s), the same counts on both sides\n")
     print("| contender | wall s | cpu s | peak RSS MiB |")
     print("| --- | ---: | ---: | ---: |")
     for name in ("featurelog diff", "duckdb"):
