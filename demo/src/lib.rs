@@ -70,7 +70,7 @@ pub enum DemoError {
     },
     /// The dataset did not reach the expected rows in time.
     #[error(
-        "the joiner wrote {written} of {expected} rows within {waited:?}; the dataset is in {dataset}"
+        "the joiner wrote {written} of {expected} rows in {waited:?}, and no new row for a minute before giving up; the dataset is in {dataset}, the joiner's log above says why"
     )]
     Incomplete {
         /// Rows found.
@@ -398,12 +398,11 @@ pub async fn run(
         }
     };
 
-    // Wait for the joiner to write a row per impression.
+    // Wait for the joiner to write a row per impression, for as long as rows keep coming.
     let expected = traffic.impressions;
     let wait_started = Instant::now();
-    let limit = Duration::from_secs(60);
-    let mut counted = count_rows(&dataset)?;
-    loop {
+    wait_for_rows(expected, STALL_LIMIT, || {
+        let counted = count_rows(&dataset)?;
         progress(Progress {
             stage: Stage::Joining,
             requests: traffic.requests,
@@ -411,15 +410,12 @@ pub async fn run(
             rows: counted.rows,
             expected_rows: expected,
         });
-        if counted.rows >= expected || wait_started.elapsed() > limit || shutdown.is_cancelled() {
-            break;
-        }
-        if joiner.is_finished() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        counted = count_rows(&dataset)?;
-    }
+        Ok((
+            counted.rows,
+            shutdown.is_cancelled() || joiner.is_finished(),
+        ))
+    })
+    .await?;
     stop_joiner.cancel();
     let joined = joiner.await;
     stop_sidecar.cancel();
@@ -656,6 +652,31 @@ fn chrono_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// How long the demo waits for the joiner's next row before it gives up.
+const STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Polls `poll` (rows written so far, and whether to stop waiting) every second until the rows
+/// reach `expected`, it says stop, or the rows have not grown for `stall`: a slow machine or a
+/// large run takes as long as it needs, and only a joiner that stopped writing is given up on.
+/// The rows last seen.
+async fn wait_for_rows(
+    expected: u64,
+    stall: Duration,
+    mut poll: impl FnMut() -> Result<(u64, bool), DemoError>,
+) -> Result<u64, DemoError> {
+    let (mut rows, mut stop) = poll()?;
+    let mut grew = tokio::time::Instant::now();
+    while rows < expected && !stop && grew.elapsed() <= stall {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = rows;
+        (rows, stop) = poll()?;
+        if rows > before {
+            grew = tokio::time::Instant::now();
+        }
+    }
+    Ok(rows)
+}
+
 /// Rows and files the joiner has committed: visible Parquet files only (not pending ones, not
 /// the late area, not the joiner's own state).
 #[derive(Debug, Default, Clone, Copy)]
@@ -800,4 +821,48 @@ fn write_offline(
     writer.write(&batch).map_err(|e| err(e.to_string()))?;
     writer.close().map_err(|e| err(e.to_string()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `wait_for_rows` over a sequence of counts, one per poll; the rows it returned and the
+    /// (paused) time it took.
+    async fn wait(counts: &[u64], expected: u64, stop_at: Option<usize>) -> (u64, Duration) {
+        let started = tokio::time::Instant::now();
+        let mut polls = 0;
+        let rows = wait_for_rows(expected, Duration::from_secs(60), || {
+            let rows = counts[polls.min(counts.len() - 1)];
+            polls += 1;
+            Ok((rows, stop_at.is_some_and(|s| polls > s)))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        (rows, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_joiner_is_waited_for_as_long_as_its_rows_grow() {
+        // One new row every 50 s: 200 s in all, far past the minute, never a minute without one.
+        let counts: Vec<u64> = (0..=200).map(|s| s / 50).collect();
+        let (rows, took) = wait(&counts, 4, None).await;
+        assert_eq!(rows, 4);
+        assert_eq!(took, Duration::from_secs(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_joiner_that_stops_writing_is_given_up_on_after_a_minute() {
+        let counts = [0, 1, 2, 3];
+        let (rows, took) = wait(&counts, 10, None).await;
+        assert_eq!(rows, 3);
+        // The last new row came at 3 s; a minute later (and a poll) it gives up.
+        assert_eq!(took, Duration::from_secs(64));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_joiner_or_a_shutdown_ends_the_wait_at_once() {
+        let (rows, took) = wait(&[0, 1], 10, Some(1)).await;
+        assert_eq!((rows, took), (1, Duration::from_secs(1)));
+    }
 }
