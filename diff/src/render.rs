@@ -435,7 +435,7 @@ impl Report {
     /// One self-contained HTML page: summary, coverage, schema, a table of features and, per
     /// feature, side-by-side histograms (inline SVG, drawn by the page's script from each
     /// chart's bins) and the top pairs. No external resource; a skewed feature's section is
-    /// about 2 KB, so hundreds of features stay small.
+    /// under 3 KB, so hundreds of features stay small.
     pub fn render_html(&self) -> String {
         let mut o = String::new();
         let verdict = match self.verdict {
@@ -593,7 +593,7 @@ fn feature_html(o: &mut String, f: &FeatureReport) {
             num(d.js),
             d.ks.map(|k| format!(" ks {}", num(k))).unwrap_or_default()
         );
-        histogram_svg(o, d);
+        histogram_chart(o, d);
     } else if let Some(n) = &f.distribution_note {
         let _ = write!(o, "<p class=\"meta\">no distribution: {}</p>", esc(n));
     }
@@ -634,7 +634,7 @@ fn feature_html(o: &mut String, f: &FeatureReport) {
 /// its bins' labels and shares (`data-bins`), and its script draws them as inline SVG: drawn
 /// here, the SVG of one chart took ~4 KB (two rects and a tooltip per bar), two thirds of a
 /// skewed feature's section, where its data takes a few hundred bytes.
-fn histogram_svg(o: &mut String, d: &crate::report::Distribution) {
+fn histogram_chart(o: &mut String, d: &crate::report::Distribution) {
     const BARS: usize = 24;
     let mut bins: Vec<&crate::report::Bin> = d.bins.iter().take(BARS).collect();
     if d.bins.len() > BARS {
@@ -674,7 +674,7 @@ fn round6(x: f64) -> f64 {
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}code{font-size:13px}.v{padding:1px 6px;border-radius:3px;color:#fff}.v.pass{background:#2a7}.v.skew{background:#c33}.viol li{color:#a00}.feat{border-top:1px solid #ddd;padding:.3em 0}.meta{color:#666}.hist rect.s{fill:#3b7dd8}.hist rect.o{fill:#f0922b}.hist{display:block;margin:.3em 0;border-bottom:1px solid #999}tr.hide{display:none}";
 
-/// Draws the charts (`histogram_svg`), then filters the feature table; sets `data-report-ok`
+/// Draws the charts (`histogram_chart`), then filters the feature table; sets `data-report-ok`
 /// on the body when it ran, which the headless-browser test reads as proof that the page's
 /// script had no error.
 const SCRIPT: &str = "(function(){function e(t){return String(t).replace(/[&<>\"]/g,function(c){return {'&':'&amp;','<':'&lt;','>':'&gt;','\"':'&quot;'}[c];});}function p(x){return x===0?'0%':(100*x).toFixed(x<0.0001?4:2)+'%';}document.querySelectorAll('div.chart').forEach(function(d){var b=JSON.parse(d.dataset.bins),m=1e-9,h=80,w=b.length*22;b.forEach(function(x){m=Math.max(m,x[1],x[2]);});var s='<svg class=\"hist\" width=\"'+w+'\" height=\"82\" viewBox=\"0 0 '+w+' 82\" role=\"img\"><title>served (blue) and offline (orange) share per bin</title>';b.forEach(function(x,i){var hs=x[1]/m*h,ho=x[2]/m*h;s+='<g><title>'+e(x[0])+': served '+p(x[1])+' offline '+p(x[2])+'</title><rect class=\"s\" x=\"'+(i*22+1)+'\" y=\"'+(h-hs).toFixed(1)+'\" width=\"9\" height=\"'+hs.toFixed(1)+'\"/><rect class=\"o\" x=\"'+(i*22+10)+'\" y=\"'+(h-ho).toFixed(1)+'\" width=\"9\" height=\"'+ho.toFixed(1)+'\"/></g>';});d.innerHTML=s+'</svg>';});var f=document.getElementById('filter'),s=document.getElementById('skewonly');function apply(){var q=f.value.toLowerCase();document.querySelectorAll('#features tr[data-name]').forEach(function(r){var hide=(q&&r.dataset.name.toLowerCase().indexOf(q)<0)||(s.checked&&r.dataset.skew!=='true');r.classList.toggle('hide',!!hide);});}f.addEventListener('input',apply);s.addEventListener('change',apply);apply();document.body.setAttribute('data-report-ok','1');})();";
