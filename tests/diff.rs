@@ -376,6 +376,22 @@ fn feature<'a>(report: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no feature {name}"))
 }
 
+/// The report's violations, each as the given fields joined by `:` (a missing one as `-`).
+fn violations(report: &Value, fields: &[&str]) -> BTreeSet<String> {
+    report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            fields
+                .iter()
+                .map(|f| v[*f].as_str().unwrap_or("-"))
+                .collect::<Vec<_>>()
+                .join(":")
+        })
+        .collect()
+}
+
 fn count_compared(pred: impl Fn(usize) -> bool) -> u64 {
     (0..ROWS)
         .filter(|&i| !dropped_offline(i) && pred(i))
@@ -527,18 +543,7 @@ fn reports_exactly_the_injected_skews() {
             }
         }
     }
-    let subjects: BTreeSet<String> = r["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| {
-            format!(
-                "{}:{}",
-                v["scope"].as_str().unwrap(),
-                v["subject"].as_str().unwrap_or("-")
-            )
-        })
-        .collect();
+    let subjects = violations(&r, &["scope", "subject"]);
     let expected: BTreeSet<String> = [
         "coverage:-",
         "feature:user_locale",
@@ -1342,13 +1347,10 @@ fn timestamps_compare_across_units() {
     let f = feature(&r, "late");
     assert_eq!(f["mismatches"], 1, "{f}");
     assert_eq!(f["difference_histogram"][0]["lower"], 1000.0);
-    let subjects: BTreeSet<&str> = r["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["subject"].as_str().unwrap())
-        .collect();
-    assert_eq!(subjects, BTreeSet::from(["late"]));
+    assert_eq!(
+        violations(&r, &["subject"]),
+        BTreeSet::from(["late".to_owned()])
+    );
 }
 
 /// More distinct mismatching pairs than the cap (4,096) still report their top pairs.
@@ -2023,13 +2025,12 @@ fn every_normalization_class_is_named_with_its_count_and_rate_after() {
         }
     }
     // Every skewed feature fails the diff; the clean one and the key never do.
-    let failing: BTreeSet<&str> = r["violations"]
-        .as_array()
-        .unwrap()
+    let failing = violations(&r, &["subject"]);
+    let skewed: BTreeSet<String> = expected
         .iter()
-        .map(|v| v["subject"].as_str().unwrap())
+        .filter(|e| e.1 > 0)
+        .map(|e| e.0.to_owned())
         .collect();
-    let skewed: BTreeSet<&str> = expected.iter().filter(|e| e.1 > 0).map(|e| e.0).collect();
     assert_eq!(failing, skewed, "{}", r["violations"]);
 }
 
@@ -2190,16 +2191,8 @@ fn coverage_and_schema_count_every_kind_with_a_csv_served_side() {
     assert_eq!(score["classes"][0]["mismatch_rate_after"], 0.0, "{score}");
     // What fails: the keys of one side only and null keys, the missing columns, score; not
     // the extra columns (fail-on-extra is off by default).
-    let failing: BTreeSet<(String, String)> = r["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| {
-            let text = |k: &str| v[k].as_str().unwrap_or("-").to_owned();
-            (text("scope"), text("metric"))
-        })
-        .collect();
-    let has = |scope: &str, metric: &str| failing.contains(&(scope.into(), metric.into()));
+    let failing = violations(&r, &["scope", "metric"]);
+    let has = |scope: &str, metric: &str| failing.contains(&format!("{scope}:{metric}"));
     for metric in [
         "max-null-keys",
         "max-served-only-rate",
@@ -2207,16 +2200,17 @@ fn coverage_and_schema_count_every_kind_with_a_csv_served_side() {
     ] {
         assert!(has("coverage", metric), "{metric}: {failing:?}");
     }
-    let subjects: BTreeSet<&str> = r["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|v| v["scope"] != "coverage")
-        .map(|v| v["subject"].as_str().unwrap())
+    let subjects: BTreeSet<String> = violations(&r, &["scope", "subject"])
+        .into_iter()
+        .filter_map(|v| {
+            v.split_once(':')
+                .filter(|(scope, _)| *scope != "coverage")
+                .map(|(_, s)| s.to_owned())
+        })
         .collect();
     assert_eq!(
         subjects,
-        BTreeSet::from(["item-price", "only_served", "score"]),
+        BTreeSet::from(["item-price", "only_served", "score"].map(String::from)),
         "{}",
         r["violations"]
     );
