@@ -31,8 +31,8 @@ pub struct Model {
 pub struct JoinMetrics {
     registry: Registry,
     /// What happened to entries: joined, scored_not_impressed, negatives,
-    /// impression_without_features, unknown_item, labels_without_impression, late, evicted,
-    /// duplicate_features, duplicate_events, lost_on_restore.
+    /// impression_without_features, unknown_item, labels_without_impression, late,
+    /// labels_outside_window, evicted, duplicate_features, duplicate_events, lost_on_restore.
     pub outcomes: Family<Label, Counter>,
     /// Rows committed to the dataset, by model.
     pub rows_written: Family<Model, Counter>,
@@ -184,6 +184,11 @@ impl JoinMetrics {
                 now.labels_without_impression,
             ),
             ("late", reported.late, now.late),
+            (
+                "labels_outside_window",
+                reported.labels_outside_window,
+                now.labels_outside_window,
+            ),
             ("evicted", reported.evicted, now.evicted),
             (
                 "duplicate_features",

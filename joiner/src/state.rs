@@ -96,6 +96,9 @@ pub struct Counts {
     /// Events dropped because an event with the same id was already counted for their
     /// request and item (retries of apps and collectors).
     pub duplicate_events: u64,
+    /// Clicks, conversions and other label events later than their impression plus the label
+    /// window: not folded into the row.
+    pub labels_outside_window: u64,
     /// Held feature logs that a restore could not read back from the feature-log topic (its
     /// retention or compaction deleted them): their impressions find no features.
     pub lost_on_restore: u64,
@@ -153,12 +156,61 @@ struct Pending {
     /// The ids of the events counted in this entry (those that had one): a retry of one of
     /// them must not count a click or add a label value twice. A few per entry, so a list.
     event_ids: Vec<String>,
+    /// Label events that came before any impression of the entry: whether they fall in the
+    /// label window is known only once the impression's time is, and deciding it then makes
+    /// the row the same whichever side was read first.
+    early: Vec<EarlyLabel>,
 }
 
+/// A click, conversion or other label event held until its impression's time is known.
+#[derive(Debug, Clone, PartialEq)]
+struct EarlyLabel {
+    time_us: i64,
+    kind: EventKind,
+    values: BTreeMap<String, f64>,
+}
+
+impl EarlyLabel {
+    fn bytes(&self) -> usize {
+        let name = match &self.kind {
+            EventKind::Other(name) => name.len(),
+            _ => 0,
+        };
+        EARLY_BYTES + name + self.values.keys().map(|k| k.len() + 48).sum::<usize>()
+    }
+}
+
+/// An early label event held in a pending entry beyond its names: the event's slot, time and
+/// kind.
+const EARLY_BYTES: usize = 64;
+
 impl Pending {
-    /// What its event ids add to [`pending_bytes`].
+    /// What its event ids and early label events add to [`pending_bytes`].
     fn ids_bytes(&self) -> usize {
-        self.event_ids.iter().map(|id| id.len() + ID_BYTES).sum()
+        self.event_ids
+            .iter()
+            .map(|id| id.len() + ID_BYTES)
+            .sum::<usize>()
+            + self.early.iter().map(EarlyLabel::bytes).sum::<usize>()
+    }
+
+    /// Folds a label event into the labels, or counts it outside the window (`false`).
+    fn fold(&mut self, window_us: Option<i64>, early: EarlyLabel) -> bool {
+        if let (Some(impression), Some(window)) = (self.impression_us, window_us) {
+            if early.time_us > impression.saturating_add(window) {
+                return false;
+            }
+        }
+        match early.kind {
+            EventKind::Impression => {}
+            EventKind::Click => self.labels.clicks += 1,
+            EventKind::Conversion => self.labels.conversions += 1,
+            EventKind::Other(name) => *self.labels.other.entry(name).or_default() += 1,
+        }
+        for (name, v) in early.values {
+            *self.labels.values.entry(name).or_default() += v;
+        }
+        true
     }
 }
 
@@ -461,17 +513,35 @@ impl JoinState {
             self.bytes += id.len() + ID_BYTES;
             p.event_ids.push(id);
         }
-        match kind {
-            EventKind::Impression => {
-                // A repeated impression keeps the first.
-                p.impression_us = Some(p.impression_us.map_or(time_us, |t| t.min(time_us)));
+        let window = self.config.label_window_us;
+        if kind == EventKind::Impression {
+            // A repeated impression keeps the first.
+            p.impression_us = Some(p.impression_us.map_or(time_us, |t| t.min(time_us)));
+            // An impression's own label values (a price, a position) are the row's whatever
+            // the window.
+            for (name, v) in labels {
+                *p.labels.values.entry(name).or_default() += v;
             }
-            EventKind::Click => p.labels.clicks += 1,
-            EventKind::Conversion => p.labels.conversions += 1,
-            EventKind::Other(name) => *p.labels.other.entry(name).or_default() += 1,
-        }
-        for (name, v) in labels {
-            *p.labels.values.entry(name).or_default() += v;
+            for early in std::mem::take(&mut p.early) {
+                self.bytes = self.bytes.saturating_sub(early.bytes());
+                if !p.fold(window, early) {
+                    self.counts.labels_outside_window += 1;
+                }
+            }
+        } else {
+            let event = EarlyLabel {
+                time_us,
+                kind,
+                values: labels,
+            };
+            if p.impression_us.is_some() {
+                if !p.fold(window, event) {
+                    self.counts.labels_outside_window += 1;
+                }
+            } else {
+                self.bytes += event.bytes();
+                p.early.push(event);
+            }
         }
         self.try_match(&key, &mut out);
         self.reschedule(&key);
@@ -571,16 +641,27 @@ impl JoinState {
         });
     }
 
-    /// Evicts entries until the state is within its bound, the one that would leave soonest
-    /// first: feature logs by their expiry, pending entries (impressions waiting for features,
-    /// rows waiting for their label window) by when they are due. Each counts as evicted.
-    /// Feature logs alone are not enough: pending entries can fill the bound by themselves
-    /// (impressions whose features never come), and every new log would then be evicted on
-    /// arrival.
+    /// Evicts entries until the state is within its bound, the oldest by event time first: a
+    /// feature log by when it was served, a pending entry (impressions waiting for features,
+    /// rows waiting for their label window) by its first event. Each counts as evicted.
+    /// Pending entries are taken in the order they are due, which is their event order within
+    /// one kind of wait. Feature logs alone are not enough: pending entries can fill the bound
+    /// by themselves (impressions whose features never come), and every new log would then be
+    /// evicted on arrival.
     fn enforce_bound(&mut self) {
         while self.bytes > self.config.max_bytes {
-            let feature = self.feature_expiry.first().map(|(at, _)| *at);
-            let pending = self.pending_due.first().map(|(at, _, _)| *at);
+            // Expiry is serving time plus the one features wait.
+            let feature = self
+                .feature_expiry
+                .first()
+                .map(|(at, _)| at.saturating_sub(self.config.features_wait_us));
+            let pending = self.pending_due.first().map(|(due, r, i)| {
+                // A stale index entry (its entry rescheduled or gone) is popped below as is.
+                self.pending
+                    .get(&(r.clone(), i.clone()))
+                    .filter(|p| p.due == *due)
+                    .map_or(i64::MIN, |p| p.first_us)
+            });
             let evict_feature = match (feature, pending) {
                 (None, None) => break,
                 (Some(f), Some(p)) => f <= p,
@@ -818,6 +899,54 @@ struct SnapPending {
     /// The ids of the events counted in the entry (none in files of earlier versions).
     #[prost(string, repeated, tag = "10")]
     event_ids: Vec<String>,
+    /// Label events waiting for the entry's impression (none in files of earlier versions).
+    #[prost(message, repeated, tag = "11")]
+    early: Vec<SnapEarly>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SnapEarly {
+    #[prost(int64, tag = "1")]
+    time_us: i64,
+    /// 1 click, 2 conversion, 3 another event named `name`.
+    #[prost(uint32, tag = "2")]
+    kind: u32,
+    #[prost(string, tag = "3")]
+    name: String,
+    #[prost(btree_map = "string, double", tag = "4")]
+    values: BTreeMap<String, f64>,
+}
+
+impl SnapEarly {
+    fn of(e: &EarlyLabel) -> Self {
+        let (kind, name) = match &e.kind {
+            EventKind::Click => (1, String::new()),
+            EventKind::Conversion => (2, String::new()),
+            // An impression is never held as an early label; kept as a named event if it were.
+            EventKind::Impression => (3, "impression".to_owned()),
+            EventKind::Other(name) => (3, name.clone()),
+        };
+        SnapEarly {
+            time_us: e.time_us,
+            kind,
+            name,
+            values: e.values.clone(),
+        }
+    }
+
+    fn restore(self) -> Result<EarlyLabel, String> {
+        let kind = match self.kind {
+            1 => EventKind::Click,
+            2 => EventKind::Conversion,
+            3 => EventKind::Other(self.name),
+            k => return Err(format!("unknown kind {k} of an early label event")),
+        };
+        Ok(EarlyLabel {
+            time_us: self.time_us,
+            kind,
+            values: self.values,
+        })
+    }
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -959,6 +1088,7 @@ impl JoinState {
                     values: p.labels.values.clone(),
                     matched_row: p.matched.as_ref().map(|(_, row)| *row as u64),
                     event_ids: p.event_ids.clone(),
+                    early: p.early.iter().map(SnapEarly::of).collect(),
                 })
                 .collect(),
             emitted: self
@@ -1167,6 +1297,11 @@ impl JoinState {
                 due: i64::MIN,
                 indexed: false,
                 event_ids: p.event_ids,
+                early: p
+                    .early
+                    .into_iter()
+                    .map(SnapEarly::restore)
+                    .collect::<Result<_, _>>()?,
             };
             state.bytes += pending_bytes(&key) + pending.ids_bytes();
             state.pending.insert(key.clone(), pending);
@@ -1363,6 +1498,105 @@ mod tests {
     }
 
     #[test]
+    fn label_events_past_the_window_are_not_folded_whichever_side_is_read_first() {
+        // Window 10 min; impression at minute 1, so the window closes at 11. A click at 3 and a
+        // conversion at 11 count; a click at 12 does not, even when it is read before the
+        // watermark has passed 11 or before the impression itself.
+        let labels = || {
+            let mut late_conv = event("r1", "a", 12, EventKind::Conversion);
+            late_conv.labels.insert("revenue".into(), 99.0);
+            let mut conv = event("r1", "a", 11, EventKind::Conversion);
+            conv.labels.insert("revenue".into(), 12.5);
+            vec![
+                event("r1", "a", 3, EventKind::Click),
+                event("r1", "a", 12, EventKind::Click),
+                conv,
+                late_conv,
+                event("r1", "a", 13, EventKind::Other("share".into())),
+            ]
+        };
+        let run = |impression_first: bool| {
+            let mut s = JoinState::new(config(Some(10 * MIN)));
+            s.add_features(log("r1", 0, &["a", "b"]));
+            if impression_first {
+                assert!(
+                    s.feed(event("r1", "a", 1, EventKind::Impression))
+                        .is_empty()
+                );
+            }
+            for e in labels() {
+                assert!(s.feed(e).is_empty());
+            }
+            if !impression_first {
+                assert!(
+                    s.feed(event("r1", "a", 1, EventKind::Impression))
+                        .is_empty()
+                );
+            }
+            // The features pass minute 11 too (the events already have): the window closes.
+            let rows = s.add_features(log("r8", 14, &["y"]));
+            assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
+            let row = &rows[0];
+            assert_eq!(
+                s.counts.labels_outside_window, 3,
+                "impression first: {impression_first}"
+            );
+            assert_eq!(s.counts.late, 0);
+            (row.labels.clone(), row.impression_time_us)
+        };
+        let (labels_after, at) = run(true);
+        assert_eq!(labels_after.clicks, 1);
+        assert_eq!(labels_after.conversions, 1);
+        assert!(labels_after.other.is_empty(), "{:?}", labels_after.other);
+        assert_eq!(labels_after.values.get("revenue"), Some(&12.5));
+        assert_eq!(at, Some(MIN));
+        assert_eq!(
+            run(false),
+            (labels_after, at),
+            "the row must not depend on which topic was read first"
+        );
+    }
+
+    #[test]
+    fn label_events_waiting_for_their_impression_survive_a_restore() {
+        let mut s = JoinState::new(config(Some(10 * MIN)));
+        s.add_features(log("r1", 0, &["a"]));
+        let mut click = event("r1", "a", 2, EventKind::Click);
+        click.labels.insert("dwell".into(), 3.0);
+        s.feed(click);
+        s.feed(event("r1", "a", 30, EventKind::Other("share".into())));
+        let bytes_before = s.bytes;
+        let snap = s.snapshot(1, &file(1));
+        let mut files: HashMap<String, Vec<u8>> = HashMap::default();
+        files.insert(file(1), snap.bytes.clone());
+        let mut r = JoinState::restore(
+            config(Some(10 * MIN)),
+            &snap.bytes,
+            legacy,
+            read(&files),
+            no_topic,
+        )
+        .unwrap();
+        assert_eq!(
+            r.bytes, bytes_before,
+            "the early events are accounted as before"
+        );
+        assert!(
+            r.feed(event("r1", "a", 1, EventKind::Impression))
+                .is_empty()
+        );
+        let rows = r.add_features(log("r8", 14, &["y"]));
+        assert_eq!(keys(&rows), [("r1".into(), "a".into())]);
+        assert_eq!(rows[0].labels.clicks, 1);
+        assert_eq!(rows[0].labels.values.get("dwell"), Some(&3.0));
+        assert!(rows[0].labels.other.is_empty());
+        assert_eq!(
+            r.counts.labels_outside_window, 1,
+            "the share at 30 is past 1 + 10"
+        );
+    }
+
+    #[test]
     fn expiries_are_counted_by_outcome_and_negatives_sampled() {
         let mut c = config(None);
         c.negatives_rate = 1.0;
@@ -1482,8 +1716,42 @@ mod tests {
         assert_eq!(s.counts.evicted, 2);
         assert_eq!(s.requests(), 2);
         assert!(s.bytes() <= s.config.max_bytes);
+        let mut held: Vec<&str> = s.features.keys().map(String::as_str).collect();
+        held.sort_unstable();
+        assert_eq!(
+            held,
+            ["r2", "r3"],
+            "the two served first are the ones evicted"
+        );
         // The newest survived and still joins.
         assert_eq!(s.feed(event("r3", "a", 3, EventKind::Impression)).len(), 1);
+    }
+
+    #[test]
+    fn the_memory_bound_evicts_by_event_time_across_logs_and_waiting_impressions() {
+        // A log served at minute 0 expires at 30; an impression at 20 waiting for features is
+        // due at 25. By event time the log is the older, so it goes first, though the
+        // impression would leave the state sooner.
+        let mut c = config(None);
+        let one =
+            prost::Message::encoded_len(&log("r0", 0, &["a"])) + ENTRY_BYTES + CANDIDATE_BYTES;
+        let waiting = pending_bytes(&("r2".to_owned(), "b".to_owned()));
+        c.max_bytes = one + waiting + waiting / 2;
+        let mut s = JoinState::new(c);
+        s.add_features(log("r0", 0, &["a"]));
+        s.feed(event("r2", "b", 20, EventKind::Impression));
+        assert_eq!(s.counts.evicted, 0, "both fit");
+        s.feed(event("r3", "c", 21, EventKind::Impression));
+        assert_eq!(s.counts.evicted, 1);
+        assert!(
+            !s.features.contains_key("r0"),
+            "the log served at 0 is the oldest"
+        );
+        let mut waiting: Vec<&str> = s.pending.keys().map(|(r, _)| r.as_str()).collect();
+        waiting.sort_unstable();
+        assert_eq!(waiting, ["r2", "r3"]);
+        // The impression at 20 still joins when its features come.
+        assert_eq!(s.add_features(log("r2", 20, &["b"])).len(), 1);
     }
 
     #[test]
@@ -1502,10 +1770,14 @@ mod tests {
         assert!(s.counts.evicted > 0);
         // A feature log and its impression still join: the bound is not spent on entries
         // that will never join.
-        let evicted = s.counts.evicted;
+        // Each of those entries alone is over the bound: every one was evicted on arrival.
+        assert_eq!(s.counts.evicted, 20);
         s.add_features(log("r1", 2, &["a"]));
         assert_eq!(s.feed(event("r1", "a", 2, EventKind::Impression)).len(), 1);
-        assert!(s.counts.evicted >= evicted);
+        assert_eq!(
+            s.counts.evicted, 20,
+            "the log and its row fit without evicting"
+        );
     }
 
     #[test]
