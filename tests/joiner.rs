@@ -771,6 +771,17 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
         j.kill9();
     }
     trickle.await.unwrap();
+    // The kills must have hit joiners at work, or the comparison below proves nothing: the
+    // killed runs committed checkpoints and rows before the last start.
+    let committed = checkpoints_per_task(&crash_out);
+    assert!(
+        committed.values().any(|epochs| !epochs.is_empty()),
+        "the killed runs committed no checkpoint: {committed:?}"
+    );
+    assert!(
+        !read_dataset(&crash_out).is_empty(),
+        "the killed runs committed no row"
+    );
     let crash = Joiner::start(&crash_config);
 
     let single_rows = wait_for_rows(&single_out, s.expected.len(), "single").await;

@@ -1645,9 +1645,18 @@ fn flush(
     partitioning: EventsPartitioning,
     completeness_lag: i64,
     metrics: &JoinMetrics,
+    dead_letters: &BaseProducer,
 ) -> Result<bool, JoinError> {
     if !task.dirty {
         return Ok(true);
+    }
+    // The checkpoint commits the offsets of the records this task dead-lettered: their dead
+    // letters must be on the broker first, or a crash right after the commit loses them (no
+    // restart reads those records again).
+    if dead_letters.in_flight_count() > 0 {
+        dead_letters.flush(DEAD_LETTER_WAIT).map_err(client(
+            "delivering dead letters before a commit (is the broker reachable?)",
+        ))?;
     }
     let epoch = task.epoch + 1;
     let complete_before = task.committed_watermark_us.saturating_sub(completeness_lag);
@@ -1791,7 +1800,7 @@ async fn join(
             _ = shutdown.cancelled() => {
                 drop_revoked(&mut tasks);
                 for task in tasks.values_mut() {
-                    tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics))?;
+                    tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics, &dead_letters))?;
                 }
                 commit_monitoring(&consumer, &tasks, &features_topic, &events_input);
                 tracing::info!("join stage stopped after a final commit");
@@ -1865,7 +1874,7 @@ async fn join(
                 }
                 let mut fenced = Vec::new();
                 for (p, task) in tasks.iter_mut() {
-                    if !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics))? {
+                    if !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics, &dead_letters))? {
                         fenced.push(*p);
                     }
                 }
@@ -2029,7 +2038,7 @@ async fn join(
                 };
                 task.rows.extend(rows);
                 if task.rows.len() >= config.output.flush_rows
-                    && !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics))?
+                    && !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics, &dead_letters))?
                 {
                     tasks.remove(&p);
                     if let Some(task) = tokio::task::block_in_place(|| {
