@@ -40,8 +40,39 @@ mod tests {
             .filter(|i| sampled(&format!("req-{i}"), 0.1))
             .count();
         assert!((9_000..11_000).contains(&hits), "{hits}");
-        assert_eq!(sampled("req-42", 0.1), sampled("req-42", 0.1));
         assert!(sampled("anything", 1.0));
         assert!(!sampled("anything", 0.0));
+    }
+
+    /// The impression side reimplements the rule from the module's documentation, so these
+    /// decisions were computed from that text by a separate implementation (a few lines of
+    /// Python), not by this one. Each id comes in a pair of rates either side of its
+    /// `hash % 1_000_000` (shown), so a change of the hash, the modulus, the rounding or the
+    /// comparison flips at least one of them.
+    #[test]
+    fn the_sample_is_the_one_the_documented_rule_selects() {
+        let cases = [
+            ("req-0", 0.25, true), // 241886
+            ("req-0", 0.24, false),
+            ("req-7", 0.13, true), // 126519
+            ("req-7", 0.12, false),
+            ("req-2", 0.99, true), // 985464
+            ("req-2", 0.98, false),
+            // The bound is strict: a residue equal to the threshold is out of the sample.
+            ("req-42", 0.298_889, true), // 298888
+            ("req-42", 0.298_888, false),
+            // Hashed as UTF-8 bytes, not UTF-16 units or chars.
+            ("é-unicode", 0.8, true), // 799159
+            ("é-unicode", 0.79, false),
+            ("4f9c2a1e-7b3d-4e8a-9c1f-2d5b6a7e8f90", 0.34, true), // 334516
+            ("4f9c2a1e-7b3d-4e8a-9c1f-2d5b6a7e8f90", 0.33, false),
+        ];
+        for (request_id, rate, expected) in cases {
+            assert_eq!(
+                sampled(request_id, rate),
+                expected,
+                "request {request_id:?} at rate {rate}"
+            );
+        }
     }
 }

@@ -258,10 +258,28 @@ pub fn extract(
             }
         }
         (None, Some(param)) => match request.parameters.get(param) {
-            Some(p) => parameter_string(p)
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .collect(),
+            // Ids are text, comma-separated, or one integer. A flag, a fraction or an empty
+            // piece is no id: logged, it would join no impression and could not be told
+            // from a real one in the training rows.
+            Some(p) => {
+                let bad = |reason: &str| ExtractError::CandidateIds {
+                    source_name: param.clone(),
+                    reason: reason.into(),
+                };
+                let ids: Vec<String> = match &p.parameter_choice {
+                    Some(ParameterChoice::StringParam(s)) => {
+                        s.split(',').map(|s| s.trim().to_owned()).collect()
+                    }
+                    Some(ParameterChoice::Int64Param(_) | ParameterChoice::Uint64Param(_)) => {
+                        vec![parameter_string(p)]
+                    }
+                    _ => return Err(bad("ids must be a comma-separated string or an integer")),
+                };
+                if ids.iter().any(String::is_empty) {
+                    return Err(bad("an id is empty"));
+                }
+                ids
+            }
             None => {
                 return Err(ExtractError::CandidateIds {
                     source_name: param.clone(),
@@ -647,6 +665,64 @@ mod tests {
             assert_eq!(log.candidate_ids, text, "{dt}");
             assert_eq!(log.candidate_int_ids, ints, "{dt}");
             assert_eq!(log.row_count, 3);
+        }
+    }
+
+    /// `candidate-ids-parameter`: the ids come comma-separated in a request parameter, as
+    /// text, one row each.
+    fn ids_from(parameter: Option<ParameterChoice>) -> (ModelRule, ModelInferRequest) {
+        let mut rule = rule();
+        rule.candidate_ids_input = None;
+        rule.candidate_ids_parameter = Some("item_ids".into());
+        let mut request = request();
+        if let Some(choice) = parameter {
+            request.parameters.insert(
+                "item_ids".into(),
+                InferParameter {
+                    parameter_choice: Some(choice),
+                },
+            );
+        }
+        (rule, request)
+    }
+
+    #[test]
+    fn candidate_ids_from_a_parameter_are_one_row_each_in_order() {
+        let (rule, request) = ids_from(Some(ParameterChoice::StringParam(
+            "sku-7, sku-8 ,sku-9".into(),
+        )));
+        let log = extract(&rule, &request, Some(&response()), ctx()).unwrap();
+        assert_eq!(log.row_count, 3);
+        assert_eq!(log.candidate_ids, ["sku-7", "sku-8", "sku-9"]);
+        assert!(log.candidate_int_ids.is_empty());
+        // The rows line up with the per-candidate tensors.
+        assert_eq!(
+            log.features[1].values.as_ref().unwrap().fp32_values,
+            [1.0, 2.0, 3.0]
+        );
+    }
+
+    #[test]
+    fn a_missing_or_miscounted_candidate_ids_parameter_is_a_counted_reason() {
+        let (rule, request) = ids_from(None);
+        let err = extract(&rule, &request, Some(&response()), ctx()).unwrap_err();
+        assert_eq!(err.reason(), "bad_candidate_ids");
+        assert!(err.to_string().contains("item_ids"), "{err}");
+        // Two ids for tensors of three candidates: which row is whose is unknown.
+        let (rule, request) = ids_from(Some(ParameterChoice::StringParam("sku-7,sku-8".into())));
+        let err = extract(&rule, &request, Some(&response()), ctx()).unwrap_err();
+        assert_eq!(err.reason(), "row_mismatch");
+        // Values that are no ids are refused as such, whatever the tensors' row counts.
+        for bad in [
+            ParameterChoice::StringParam("sku-7,,sku-9".into()),
+            ParameterChoice::StringParam("sku-7,sku-8,".into()),
+            ParameterChoice::StringParam(String::new()),
+            ParameterChoice::BoolParam(true),
+            ParameterChoice::DoubleParam(3.5),
+        ] {
+            let (rule, request) = ids_from(Some(bad.clone()));
+            let err = extract(&rule, &request, Some(&response()), ctx()).unwrap_err();
+            assert_eq!(err.reason(), "bad_candidate_ids", "{bad:?}");
         }
     }
 }

@@ -1406,6 +1406,9 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn the_queue_holds_at_most_its_byte_budget_of_bodies() {
+        use featurelog_schemas::inference::infer_parameter::ParameterChoice;
+        use featurelog_schemas::inference::{InferParameter, ModelInferRequest};
+
         let config = PublishConfig {
             queue_max_bytes: 1000,
             ..PublishConfig::default()
@@ -1415,14 +1418,18 @@ pub(crate) mod tests {
         let dropped = |reason| metrics.dropped_count(reason);
         publisher.submit(call(1001));
         assert_eq!(dropped("queue_full"), 1, "a call larger than the budget");
-        publisher.submit(call(600));
 
         // A request that names its model first is judged at once: not listed, it is not
         // queued at all; listed with a rule that reads no outputs, its response is let go.
-        let named = |model: &str, response: usize| {
-            let message = featurelog_schemas::inference::ModelInferRequest {
+        // `padding` is a request parameter the rule does not log, to size the request.
+        let named = |model: &str, padding: usize, response: usize| {
+            let padding = InferParameter {
+                parameter_choice: Some(ParameterChoice::StringParam("p".repeat(padding))),
+            };
+            let message = ModelInferRequest {
                 model_name: model.into(),
                 id: "r".into(),
+                parameters: [("padding".to_string(), padding)].into(),
                 ..Default::default()
             }
             .encode_to_vec();
@@ -1435,21 +1442,27 @@ pub(crate) mod tests {
                 ..call(0)
             }
         };
+        let within = named("ranker", 580, 0);
+        assert!((500..1000).contains(&body_bytes(&within)));
+        publisher.submit(within);
+        assert_eq!(dropped("queue_full"), 1, "a call within the budget");
         let skipped = || metrics.skipped_count("not_allow_listed");
-        publisher.submit(named("other", 10));
+        publisher.submit(named("other", 0, 10));
         assert_eq!(skipped(), 1);
         // Its response alone is twice the budget: kept, the call could never be queued.
-        publisher.submit(named("ranker", 2000));
+        publisher.submit(named("ranker", 0, 2000));
         assert_eq!(dropped("queue_full"), 1);
-        assert_eq!(
-            dropped("queue_full"),
-            1,
-            "a call within the budget is queued"
-        );
         // Shutting down through a shared handle, as when connections outlive the drain.
         let shared = Arc::new(publisher);
         let held = shared.clone();
         shared.shutdown(Duration::from_millis(100)).await;
+        // The shutdown drains the queue: both calls that were let in became records (handed to
+        // the producer; no broker is behind it), so neither was queued only to be lost.
+        assert_eq!(
+            metrics.produced().records,
+            2,
+            "the calls within the budget are published"
+        );
         held.submit(call(10));
         assert_eq!(dropped("shutting_down"), 1);
         assert_eq!(shared.shared.queue_bytes.load(Ordering::Relaxed), 0);
@@ -1583,5 +1596,103 @@ pub(crate) mod tests {
             assert_eq!(json["request_bytes"], body.len());
             assert_eq!(json["sidecar"], "pod-a");
         }
+    }
+
+    /// A call whose tensor does not decode is dropped under the reason that says why, and
+    /// nothing of it reaches the topic; a good call among them is still logged. The fast path
+    /// (`direct`) must hand each of them to the general path, which owns the reasons. The
+    /// embedded broker stands in for Kafka, to read what was produced.
+    #[tokio::test]
+    async fn each_undecodable_tensor_is_counted_under_its_reason_and_never_published() {
+        use featurelog_schemas::inference::ModelInferRequest;
+        use featurelog_schemas::inference::model_infer_request::InferInputTensor;
+        use featurelog_schemas::tensor::TensorValues;
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+
+        let broker = featurelog_kafka::DevBroker::start(1).unwrap();
+        broker.create_topic("features", 1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("allow-list.toml");
+        std::fs::write(&list, "[[model]]\nname = \"ranker\"\nfeatures = [\"f\"]\n").unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let config = PublishConfig {
+            topic: "features".into(),
+            dead_letter_topic: String::new(),
+            ..PublishConfig::default()
+        };
+        let kafka = KafkaConfig::new(broker.bootstrap_servers());
+        let publisher = Publisher::start(
+            &kafka,
+            &config,
+            AllowListHandle::load(&list).unwrap(),
+            metrics.clone(),
+            "pod-a".into(),
+            CancellationToken::new(),
+        )
+        .unwrap();
+        // The logged input `f`, in raw contents as Triton's clients send it.
+        let call = |id: &str, datatype: &str, shape: &[i64], raw: Bytes| {
+            let message = ModelInferRequest {
+                model_name: "ranker".into(),
+                id: id.into(),
+                inputs: vec![InferInputTensor {
+                    name: "f".into(),
+                    datatype: datatype.into(),
+                    shape: shape.to_vec(),
+                    ..Default::default()
+                }],
+                raw_input_contents: vec![raw],
+                ..Default::default()
+            }
+            .encode_to_vec();
+            CapturedCall {
+                request: frame(&message),
+                ..sized_call(0)
+            }
+        };
+        let six_floats = TensorValues::Fp32(vec![1.0; 6]).to_raw();
+        publisher.submit(call("shape", "FP32", &[2, 4], six_floats.clone()));
+        publisher.submit(call("datatype", "FP8", &[6], six_floats.clone()));
+        // A length prefix of 10 before one byte.
+        let bad_bytes = Bytes::from_static(&[10, 0, 0, 0, b'a']);
+        publisher.submit(call("bytes", "BYTES", &[1], bad_bytes));
+        publisher.submit(call("good", "FP32", &[6], six_floats));
+        assert_eq!(publisher.shutdown(Duration::from_secs(10)).await, 0);
+
+        for reason in ["shape_mismatch", "unknown_datatype", "bad_bytes"] {
+            assert_eq!(metrics.dropped_count(reason), 1, "{reason}");
+        }
+        assert_eq!(metrics.produced().records, 1);
+        let consumer: BaseConsumer = kafka
+            .client_config(&[("group.id", "t"), ("auto.offset.reset", "earliest")])
+            .create()
+            .unwrap();
+        let (_, end) = consumer
+            .fetch_watermarks("features", 0, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(end, 1, "records on the topic");
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        assignment
+            .add_partition_offset("features", 0, rdkafka::Offset::Beginning)
+            .unwrap();
+        consumer.assign(&assignment).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let record = loop {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+                break m.detach();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the good call's record never came"
+            );
+        };
+        assert_eq!(record.key(), Some(&b"good"[..]));
+        let log = featurelog_schemas::featurelog::v1::FeatureLog::decode(record.payload().unwrap())
+            .unwrap();
+        assert_eq!(log.row_count, 6);
+        assert_eq!(
+            log.features[0].values.as_ref().unwrap().fp32_values,
+            [1.0; 6]
+        );
     }
 }
