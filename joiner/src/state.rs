@@ -1419,6 +1419,14 @@ mod tests {
         move |f: &str| files.get(f).cloned().ok_or(format!("no file {f}"))
     }
 
+    /// A state restored from its first snapshot, as a restart after one checkpoint does.
+    fn restored_from_one_checkpoint(s: &mut JoinState, config: JoinConfig) -> JoinState {
+        let snap = s.snapshot(1, &file(1));
+        let mut files: HashMap<String, Vec<u8>> = HashMap::default();
+        files.insert(file(1), snap.bytes.clone());
+        JoinState::restore(config, &snap.bytes, legacy, read(&files), no_topic).unwrap()
+    }
+
     /// For restores of states whose logs are all in state files.
     fn no_topic(_: &BTreeSet<i64>) -> Result<std::collections::HashMap<i64, Vec<u8>>, String> {
         Err("no log is held by offset".into())
@@ -1566,17 +1574,7 @@ mod tests {
         s.feed(click);
         s.feed(event("r1", "a", 30, EventKind::Other("share".into())));
         let bytes_before = s.bytes;
-        let snap = s.snapshot(1, &file(1));
-        let mut files: HashMap<String, Vec<u8>> = HashMap::default();
-        files.insert(file(1), snap.bytes.clone());
-        let mut r = JoinState::restore(
-            config(Some(10 * MIN)),
-            &snap.bytes,
-            legacy,
-            read(&files),
-            no_topic,
-        )
-        .unwrap();
+        let mut r = restored_from_one_checkpoint(&mut s, config(Some(10 * MIN)));
         assert_eq!(
             r.bytes, bytes_before,
             "the early events are accounted as before"
@@ -2194,17 +2192,7 @@ mod tests {
         s.feed(impression);
         s.feed(with_id(event("r1", "a", 2, EventKind::Click), "click-1"));
         assert!(s.bytes() > bytes, "the ids count against the bound");
-        let mut files = HashMap::default();
-        let snap = s.snapshot(1, &file(1));
-        files.insert(file(1), snap.bytes.clone());
-        let mut restored = JoinState::restore(
-            config(Some(10 * MIN)),
-            &snap.bytes,
-            legacy,
-            read(&files),
-            no_topic,
-        )
-        .unwrap();
+        let mut restored = restored_from_one_checkpoint(&mut s, config(Some(10 * MIN)));
         let later = |s: &mut JoinState| {
             // A retry read after a restart, a second real click, a click whose app gives no
             // ids (counted, as every event without one), and the close of the window.
