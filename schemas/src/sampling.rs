@@ -5,7 +5,10 @@
 //! The decision is a pure function of the request id, so any other system (the app that
 //! publishes impressions, a Spark job) can compute the same one: take the 64-bit FNV-1a hash of
 //! the request id's UTF-8 bytes; the request is sampled when `hash % 1_000_000` is below
-//! `rate * 1_000_000` (rounded down).
+//! `rate * 1_000_000` rounded down, the product taken in IEEE 754 double precision (as
+//! `int(rate * 1_000_000)` in Python, a `double` in Java or Spark). Exact decimal arithmetic
+//! (SQL `DECIMAL`, `BigDecimal`) differs for a few rates, such as 0.0157 (15,699 here, not
+//! 15,700): one residue in a million.
 
 /// FNV-1a, 64 bits.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
