@@ -661,12 +661,27 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
         return;
     };
     let s = setup(kafka, 10, 1).await;
+    // A record on the feature-log topic that is no FeatureLog: it goes to the dead-letter
+    // topic and holds nothing up (the group's lag below reaches 0 past it).
+    let producer: FutureProducer = s.kafka.config.client_config(&[]).create().unwrap();
+    producer
+        .send(
+            FutureRecord::to(&s.features)
+                .partition(0)
+                .key("not-a-log")
+                .payload(&b"\xff\xff\xff not protobuf"[..]),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
     let out = s.dir.path().join("dataset");
     let group = s.kafka.unique_group("joiner");
     let config = s.joiner_config("j1", &group, &out);
     // The other tests run static members (the default); this one a dynamic member.
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, format!("static-membership = false\n{text}")).unwrap();
+    let metrics = serve_metrics_on_a_known_port(&config);
     let joiner = Joiner::start(&config);
     let d = wait_for_rows(&out, s.expected.len(), "single joiner").await;
     check_exact(&d, &s.expected, "single joiner");
@@ -692,17 +707,45 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
         "the group's lag on the feature logs: {:?}",
         lag()
     );
+    for reason in ["bad_json", "bad_feature_log"] {
+        expect_metric(
+            metrics,
+            &format!("featurelog_join_dead_letters_total{{name=\"{reason}\"}} 1"),
+        )
+        .await;
+    }
     assert!(
         joiner.terminate().success(),
         "the joiner exits 0 on SIGTERM"
     );
 
-    // The record that was not JSON went to the dead-letter topic with its reason.
+    // The event that was not JSON and the record that was no feature log went to the
+    // dead-letter topic as they were, each with its reason and where it came from.
     let dead = s
         .kafka
-        .read(&s.dead_letter, 1, Duration::from_secs(30))
+        .read(&s.dead_letter, 2, Duration::from_secs(30))
         .await;
-    assert_eq!(dead[0].payload, b"{not json");
+    let letters: BTreeMap<String, (Vec<u8>, String)> = dead
+        .iter()
+        .map(|d| {
+            (
+                d.header("featurelog-error").unwrap_or_default(),
+                (
+                    d.payload.clone(),
+                    d.header("featurelog-source").unwrap_or_default(),
+                ),
+            )
+        })
+        .collect();
+    let (payload, source) = &letters["bad_json"];
+    assert_eq!(payload, b"{not json");
+    assert!(source.starts_with(&format!("{}/", s.events)), "{source}");
+    let (payload, source) = &letters["bad_feature_log"];
+    assert_eq!(payload, b"\xff\xff\xff not protobuf");
+    assert!(
+        source.starts_with(&format!("{}/0/", s.features)),
+        "{source}"
+    );
 
     // And an independent reader agrees.
     let read = featurelog_testkit::python_json("read_dataset.py", &[&out], &[]);
