@@ -803,15 +803,24 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
     for config in [&crash_config, &pair_config_a, &pair_config_b] {
         keep_checkpoints(config, 2);
     }
-    let pair = [Joiner::start(&pair_config_a), Joiner::start(&pair_config_b)];
+    let pair_metrics = [
+        serve_metrics_on_a_known_port(&pair_config_a),
+        serve_metrics_on_a_known_port(&pair_config_b),
+    ];
+    // The second of the pair joins the group mid-run, while impressions arrive: the first
+    // hands over half its tasks in that rebalance.
+    let mut pair = vec![Joiner::start(&pair_config_a)];
     // Kill -9 at different moments of the run, restarting each time, while new impressions
     // keep arriving. Static membership gives each restart its partitions back at once, so the
     // kills land while it reads and commits.
     let trickle = trickle_impressions(&mut s, 40, Duration::from_millis(120));
-    for wait_ms in [700u64, 1300, 400, 2100, 900] {
+    for (kill, wait_ms) in [700u64, 1300, 400, 2100, 900].into_iter().enumerate() {
         let j = Joiner::start(&crash_config);
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         j.kill9();
+        if kill == 1 {
+            pair.push(Joiner::start(&pair_config_b));
+        }
     }
     trickle.await.unwrap();
     // The kills must have hit joiners at work, or the comparison below proves nothing: the
@@ -851,6 +860,22 @@ async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one() {
         assert_two_kept(&checkpoints_per_task(out), &out.display().to_string());
     }
     assert_some_pruned(&checkpoints_per_task(&crash_out));
+    // Both of the pair ran tasks after the rebalance: the work was split, not left to one.
+    for (name, addr) in ["pair-a", "pair-b"].iter().zip(pair_metrics) {
+        let runs_tasks = featurelog_testkit::eventually(Duration::from_secs(30), || {
+            http_get(addr, "/metrics").is_some_and(|m| {
+                m.lines()
+                    .filter_map(|l| l.strip_prefix("featurelog_join_tasks "))
+                    .any(|v| v.trim().parse::<f64>().is_ok_and(|n| n > 0.0))
+            })
+        })
+        .await;
+        assert!(
+            runs_tasks,
+            "{name} runs no task: {:?}",
+            http_get(addr, "/metrics")
+        );
+    }
     drop((single, pair, crash, crash_rows, pair_rows));
 }
 
