@@ -1283,6 +1283,18 @@ async fn quiet_co_partitioned_events_written_in_transactions_close_label_windows
     quiet_inputs(kafka, Quiet::CoPartitionedInTransactions).await;
 }
 
+/// With `join.negatives-sample-rate = 1`, every candidate scored and never impressed becomes
+/// a row once its features expire, marked `impressed = false` with no impression time or
+/// label, beside the impressed rows, as pyarrow reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_scored_and_never_impressed_are_written_as_negatives() {
+    let Some(kafka) = kafka("candidates_scored_and_never_impressed_are_written_as_negatives")
+    else {
+        return;
+    };
+    quiet_inputs(kafka, Quiet::Negatives).await;
+}
+
 /// How `quiet_inputs` sends the app's events.
 #[derive(Clone, Copy, PartialEq)]
 enum Quiet {
@@ -1294,6 +1306,8 @@ enum Quiet {
     ClicksOnATopicOfTheirOwn,
     /// Routed, from two models, into a dataset partitioned by model.
     PartitionedByModel,
+    /// Routed, with every candidate that was not impressed written as a negative.
+    Negatives,
 }
 
 /// The second model of `Quiet::PartitionedByModel`: a name no path segment takes as it is.
@@ -1451,16 +1465,34 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
     } else {
         text
     };
+    let negatives = mode == Quiet::Negatives;
+    let text = if negatives {
+        text.replace("[join]\n", "[join]\nnegatives-sample-rate = 1.0\n")
+    } else {
+        text
+    };
     std::fs::write(&config, text).unwrap();
     if co_partitioned_in_transactions {
         set_events_partitioning(&config, "by-request-id");
     }
     let joiner = Joiner::start(&config);
 
-    let rows = wait_for_rows(&out, 4, "rows after the label window").await;
+    // Each request scored three candidates and one was impressed (the first).
+    let impressed = |request: &str, item: &str| {
+        let seed: u32 = request.strip_prefix("quiet-").unwrap().parse().unwrap();
+        item == (1000 + seed * 10_000).to_string()
+    };
+    let rows = wait_for_rows(
+        &out,
+        if negatives { 12 } else { 4 },
+        "rows after the label window",
+    )
+    .await;
     assert!(
-        rows.values().all(|r| r.len() == 1 && r[0].0 == 1),
-        "each row once, with its click: {rows:?}"
+        rows.iter()
+            .all(|((request, item), r)| r.len() == 1
+                && r[0].0 == u32::from(impressed(request, item))),
+        "each row once, an impression with its click: {rows:?}"
     );
     let (date, hour) = {
         let secs = t / 1000;
@@ -1488,6 +1520,26 @@ async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
         assert!(complete, "{} was not written", marker.display());
     }
     assert!(joiner.terminate().success());
+    if negatives {
+        let read = featurelog_testkit::python_json("read_dataset.py", &[&out], &[]);
+        let rows = read["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 12, "{read}");
+        for r in rows {
+            let (request, item) = (
+                r["request_id"].as_str().unwrap(),
+                r["item_id"].as_str().unwrap(),
+            );
+            if impressed(request, item) {
+                assert_eq!(r["impressed"], true, "{r}");
+                assert!(!r["impression_time"].is_null(), "{r}");
+                assert_eq!(r["clicks"], 1, "{r}");
+            } else {
+                assert_eq!(r["impressed"], false, "{r}");
+                assert!(r["impression_time"].is_null(), "{r}");
+                assert_eq!(r["clicks"], 0, "{r}");
+            }
+        }
+    }
     if by_model {
         // pyarrow (as a training job reads the dataset) decodes each model's directory into
         // its name: the `model` partition column is every row's `model_name`.
