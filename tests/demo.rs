@@ -234,8 +234,9 @@ fn parquet_files(dir: &Path) -> usize {
         .sum()
 }
 
-/// The README's pyarrow and Polars snippets, pasted as they are (only the path and the hour
-/// changed), read every row of the demo's dataset and the rows of one hour.
+/// The README's pyarrow, Polars and Spark snippets, pasted as they are (only the path and the
+/// hour changed), read every row of the demo's dataset and the rows of one hour; Spark gives
+/// the columns the types the README promises.
 fn readme_snippets(out: &Path, rows: usize) {
     let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let read = featurelog_testkit::python_json(
@@ -244,7 +245,7 @@ fn readme_snippets(out: &Path, rows: usize) {
         &[],
     );
     assert_eq!(read["dataset_rows"], rows, "{read}");
-    for reader in ["pyarrow", "polars"] {
+    for reader in ["pyarrow", "polars", "spark"] {
         assert_eq!(read[reader]["rows"], rows, "{reader}: {read}");
         assert_eq!(read[reader]["hour"], read["hour_rows"], "{reader}: {read}");
         let columns = read[reader]["columns"].as_array().unwrap();
@@ -254,6 +255,20 @@ fn readme_snippets(out: &Path, rows: usize) {
                 "{reader}: no {column}: {read}"
             );
         }
+    }
+    for (column, spark_type) in [
+        ("clicks", "bigint"),
+        ("impressed", "boolean"),
+        ("user_locale", "string"),
+        ("item_price", "float"),
+        ("item_embedding", "array<float>"),
+        ("dt", "date"),
+        ("hr", "int"),
+    ] {
+        assert_eq!(
+            read["spark"]["types"][column], spark_type,
+            "spark's type of {column}: {read}"
+        );
     }
 }
 

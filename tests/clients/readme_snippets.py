@@ -1,7 +1,7 @@
-"""Runs the README's "Reading the dataset" snippets for pyarrow and Polars, as a user would paste
-them, on a real dataset, and prints what each read as JSON: the rows of the whole dataset, the
-rows of the hour the snippet's filter names (after pointing the filter at an hour the dataset
-has), and the columns.
+"""Runs the README's "Reading the dataset" snippets for pyarrow, Polars and Spark, as a user
+would paste them, on a real dataset, and prints what each read as JSON: the rows of the whole
+dataset, the rows of the hour the snippet's filter names (after pointing the filter at an hour
+the dataset has), and the columns (with Spark's types).
 
 usage: readme_snippets.py README.md DATASET_DIR
 
@@ -11,6 +11,7 @@ dataset's path and the hour of the filter are replaced; everything else runs as 
 """
 
 import json
+import os
 import re
 import sys
 
@@ -30,8 +31,11 @@ def point_at(code: str, root: str, dt: str, hr: int) -> str:
     y, m, d = (int(p) for p in dt.split("-"))
     code, n = re.subn(r"pl\.date\(\d+, \d+, \d+\)", f"pl.date({y}, {m}, {d})", code)
     code, k = re.subn(r'== "\d{4}-\d{2}-\d{2}"', f"== {dt!r}", code)
-    assert n + k == 1, "the snippet has no date filter to point at an hour of the dataset"
-    code, n = re.subn(r'(pl\.col\("hr"\) == |ds\.field\("hr"\) == )\d+', rf"\g<1>{hr}", code)
+    code, j = re.subn(r"dt = '\d{4}-\d{2}-\d{2}'", f"dt = '{dt}'", code)
+    assert n + k + j == 1, "the snippet has no date filter to point at an hour of the dataset"
+    code, n = re.subn(
+        r'(pl\.col\("hr"\) == |ds\.field\("hr"\) == |AND hr = )\d+', rf"\g<1>{hr}", code
+    )
     assert n == 1, "the snippet has no hour filter to point at an hour of the dataset"
     return code
 
@@ -62,5 +66,20 @@ pl = scope["pl"]
 out["polars"] = {"rows": scope["rows"].select(pl.len()).collect().item(),
                  "hour": scope["complete"].height,
                  "columns": sorted(scope["rows"].collect_schema().names())}
+
+# Spark, as a local session: the snippet takes `spark` from its surroundings, as in a notebook.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+from pyspark.sql import SparkSession  # noqa: E402 (a JVM starts: only once the others ran)
+
+spark = (SparkSession.builder.master("local[1]").appName("readme-snippets")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+         .config("spark.driver.memory", "1g").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+scope = {"spark": spark}
+exec(point_at(snippet(readme, "Spark"), root, dt, hr), scope)
+out["spark"] = {"rows": scope["rows"].count(), "hour": scope["complete"].count(),
+                "columns": sorted(scope["rows"].columns),
+                "types": {f.name: f.dataType.simpleString() for f in scope["rows"].schema.fields}}
+spark.stop()
 
 json.dump(out, sys.stdout)
