@@ -113,18 +113,24 @@ struct FeatureEntry {
     index: Option<CandidateIndex>,
     /// Items with an impression (joined or pending), for the scored-not-impressed count.
     impressed: HashSet<String>,
+    /// When the features stop joining: served-at plus the features wait, as in
+    /// `feature_expiry`. An impression from then on never joins them, even while the watermark
+    /// still holds them, so that whether it joins does not depend on how far the other input
+    /// had been read.
+    expires_at: i64,
 }
 
 impl FeatureEntry {
     /// Accounts for a record's size: its bytes, what decoding it adds per record and per
     /// candidate (its id's position), and the entry's own tables.
-    fn new(log: Arc<ServedLog>, impressed: HashSet<String>) -> Self {
+    fn new(log: Arc<ServedLog>, impressed: HashSet<String>, expires_at: i64) -> Self {
         let bytes = log.raw().len() + ENTRY_BYTES + CANDIDATE_BYTES * log.candidate_count();
         Self {
             log,
             bytes,
             index: None,
             impressed,
+            expires_at,
         }
     }
 
@@ -413,7 +419,7 @@ impl JoinState {
             self.advance_into(&mut out);
             return out;
         }
-        let entry = FeatureEntry::new(Arc::new(log), HashSet::default());
+        let entry = FeatureEntry::new(Arc::new(log), HashSet::default(), expires_at);
         self.bytes += entry.bytes;
         self.feature_expiry.insert((expires_at, request_id.clone()));
         self.features.insert(request_id.clone(), entry);
@@ -446,7 +452,13 @@ impl JoinState {
             self.advance_into(&mut out);
             return out;
         }
-        if let Some(f) = self.features.get_mut(&request_id) {
+        // An impression at or after its features' expiry can no longer join them: it waits
+        // as if they were gone. Whether they are still held when it is read depends on how far
+        // the features input had been read, not on the inputs, and a replay must give the
+        // same rows.
+        let joinable =
+            |f: &&mut FeatureEntry| kind != EventKind::Impression || time_us < f.expires_at;
+        if let Some(f) = self.features.get_mut(&request_id).filter(joinable) {
             let Some(row) = f.row_of(&item_id) else {
                 self.counts.unknown_item += 1;
                 self.advance_into(&mut out);
@@ -562,6 +574,11 @@ impl JoinState {
         let Some(f) = self.features.get_mut(&key.0) else {
             return;
         };
+        if p.impression_us.is_some_and(|t| t >= f.expires_at) {
+            // Past the features' wait (see `add_event`): it stays pending until its own wait
+            // ends, and counts as an impression without features.
+            return;
+        }
         let Some(row) = f.row_of(&key.1) else {
             // The request did not score this item.
             self.counts.unknown_item += 1;
@@ -1264,7 +1281,7 @@ impl JoinState {
                 .get(&f.request_id)
                 .cloned()
                 .ok_or_else(|| format!("no log for {:?}", f.request_id))?;
-            let entry = FeatureEntry::new(log, f.impressed.into_iter().collect());
+            let entry = FeatureEntry::new(log, f.impressed.into_iter().collect(), f.expires_at);
             state.bytes += entry.bytes;
             state
                 .feature_expiry
@@ -1620,6 +1637,212 @@ mod tests {
         assert_eq!(s.counts.impression_without_features, 1);
         assert_eq!(s.counts.unknown_item, 1);
         assert_eq!(s.counts.joined, 2);
+    }
+
+    #[test]
+    fn an_impression_waits_the_impressions_wait_of_watermark_for_its_features() {
+        // features-wait 30 min, impressions-wait 5 min. An impression at minute 10 whose
+        // request was served at 9, but whose features are read only once the inputs have
+        // reached minute 10 + `later` (the features stream lagging). `features_side`: whether
+        // the features input moved too, or only the events' (the watermark is the lower).
+        let run = |later: i64, features_side: bool| {
+            let mut s = JoinState::new(config(None));
+            assert!(
+                s.feed(event("r1", "a", 10, EventKind::Impression))
+                    .is_empty()
+            );
+            if features_side {
+                assert!(s.add_features(log("tick", 10 + later, &["z"])).is_empty());
+            }
+            assert!(s.source_progress(0, (10 + later) * MIN).is_empty());
+            let rows = s.add_features(log("r1", 9, &["a", "b"]));
+            (keys(&rows), rows, s)
+        };
+        let (joined, rows, s) = run(4, true);
+        assert_eq!(
+            joined,
+            [("r1".into(), "a".into())],
+            "4 min < 5 min: it joins"
+        );
+        assert_eq!(rows[0].impression_time_us, Some(10 * MIN));
+        assert_eq!(s.counts.impression_without_features, 0);
+
+        let (joined, _, mut s) = run(6, true);
+        assert!(
+            joined.is_empty(),
+            "6 min > 5 min: the impression gave up, though features wait 30"
+        );
+        assert_eq!(s.counts.impression_without_features, 1);
+        assert_eq!(s.counts.joined, 0);
+        // The features that came too late see no impression of `a`: at their expiry (9 + 30)
+        // both candidates are scored but not impressed.
+        s.add_features(log("tick2", 40, &["z"]));
+        s.source_progress(0, 40 * MIN);
+        assert_eq!(s.counts.scored_not_impressed, 2);
+
+        let (joined, _, s) = run(6, false);
+        assert_eq!(
+            joined,
+            [("r1".into(), "a".into())],
+            "the events alone at 16 do not close the wait: the features input has not passed 15"
+        );
+        assert_eq!(s.counts.impression_without_features, 0);
+    }
+
+    #[test]
+    fn features_wait_the_features_wait_from_served_at_whatever_the_inputs_interleave() {
+        // r1 served at 0 (features-wait 30 min): its impression at 29 joins, its impression at
+        // 31 never does, however the two inputs were interleaved when it was read.
+        #[derive(Debug, Clone, Copy)]
+        enum Order {
+            /// Both inputs pass 30 (r1's features expire) before the impression at 31.
+            WatermarkFirst,
+            /// The features input is still at 0 when the impression at 31 is read.
+            FeaturesBehind,
+            /// Both impressions are read before r1's features.
+            EventsFirst,
+        }
+        let run = |order: Order| {
+            let mut s = JoinState::new(config(None));
+            let mut rows = Vec::new();
+            if !matches!(order, Order::EventsFirst) {
+                rows.extend(s.add_features(log("r1", 0, &["a", "b"])));
+            }
+            rows.extend(s.feed(event("r1", "a", 29, EventKind::Impression)));
+            match order {
+                Order::WatermarkFirst => {
+                    rows.extend(s.add_features(log("tick", 30, &["z"])));
+                    rows.extend(s.source_progress(0, 30 * MIN));
+                    assert_eq!(s.watermark_us(), 30 * MIN);
+                    assert_eq!(s.requests(), 1, "r1's features expired at 0 + 30");
+                }
+                Order::FeaturesBehind => assert_eq!(s.watermark_us(), 0),
+                Order::EventsFirst => {}
+            }
+            rows.extend(s.feed(event("r1", "b", 31, EventKind::Impression)));
+            if matches!(order, Order::EventsFirst) {
+                assert_eq!(s.watermark_us(), i64::MIN, "no features read yet");
+                rows.extend(s.add_features(log("r1", 0, &["a", "b"])));
+            }
+            // Both inputs pass the impression's own wait (31 + 5).
+            rows.extend(s.add_features(log("tick2", 40, &["z"])));
+            rows.extend(s.source_progress(0, 40 * MIN));
+            let out: Vec<_> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.request_id.clone(),
+                        r.item_id.clone(),
+                        r.impression_time_us,
+                    )
+                })
+                .collect();
+            (out, s.counts)
+        };
+        let (rows, counts) = run(Order::WatermarkFirst);
+        assert_eq!(rows, [("r1".into(), "a".into(), Some(29 * MIN))]);
+        assert_eq!(counts.joined, 1);
+        assert_eq!(
+            counts.impression_without_features, 1,
+            "the impression at 31"
+        );
+        assert_eq!(counts.scored_not_impressed, 1, "b, at r1's expiry");
+        for order in [Order::FeaturesBehind, Order::EventsFirst] {
+            assert_eq!(run(order), (rows.clone(), counts.clone()), "{order:?}");
+        }
+    }
+
+    #[test]
+    fn half_of_the_candidates_become_negatives_chosen_by_fnv_1a_of_request_and_item() {
+        let mut c = config(None);
+        c.negatives_rate = 0.5;
+        let items: Vec<String> = (0..10).map(|j| format!("item-{j}")).collect();
+        let items: Vec<&str> = items.iter().map(String::as_str).collect();
+        // 200 requests of 10 candidates, `item-0` impressed in each; then both inputs pass
+        // every expiry. `reversed`: the same inputs in the opposite order.
+        let run = |reversed: bool| {
+            let mut s = JoinState::new(c.clone());
+            let mut requests: Vec<String> = (0..200).map(|i| format!("req-{i}")).collect();
+            if reversed {
+                requests.reverse();
+            }
+            let mut rows = Vec::new();
+            for r in &requests {
+                rows.extend(s.add_features(log(r, 0, &items)));
+                rows.extend(s.feed(event(r, "item-0", 1, EventKind::Impression)));
+            }
+            rows.extend(s.add_features(log("tick", 40, &["z"])));
+            rows.extend(s.source_progress(0, 40 * MIN));
+            (rows, s.counts)
+        };
+        let (rows, counts) = run(false);
+        let negatives: Vec<&Row> = rows.iter().filter(|r| r.item_id != "item-0").collect();
+        assert_eq!(counts.scored_not_impressed, 200 * 9);
+        assert_eq!(counts.negatives, negatives.len() as u64);
+        let fraction = negatives.len() as f64 / 1800.0;
+        assert!((0.45..=0.55).contains(&fraction), "{fraction}");
+        // Computed apart from this code (Python, FNV-1a 64 of "req-N/item-M", whose value
+        // mod 10^6 is below 500000): 890 negatives; req-0 and req-1 keep these.
+        assert_eq!(negatives.len(), 890);
+        let of = |request: &str| {
+            let mut kept: Vec<&str> = negatives
+                .iter()
+                .filter(|r| r.request_id == request)
+                .map(|r| r.item_id.as_str())
+                .collect();
+            kept.sort_unstable();
+            kept
+        };
+        assert_eq!(
+            of("req-0"),
+            ["item-1", "item-3", "item-5", "item-6", "item-8", "item-9"]
+        );
+        assert_eq!(
+            of("req-1"),
+            ["item-1", "item-2", "item-4", "item-7", "item-9"]
+        );
+        // Next to the threshold: "req-9/item-4" hashes to 499960, "req-65/item-8" to 500398.
+        assert!(of("req-9").contains(&"item-4"));
+        assert!(!of("req-65").contains(&"item-8"));
+        // A lower rate keeps a subset: "req-0/item-6" (374023) is out at 0.25, in at 0.375.
+        assert!(!negative_sampled("req-0", "item-6", 0.25));
+        assert!(negative_sampled("req-0", "item-6", 0.375));
+
+        for r in &negatives {
+            assert_eq!(r.impression_time_us, None, "{}/{}", r.request_id, r.item_id);
+            assert_eq!(r.labels, Labels::default());
+            assert_eq!(
+                r.features.candidate_id(r.row).map(|c| c.to_string()),
+                Some(r.item_id.clone()),
+                "a negative's row is its candidate's"
+            );
+        }
+        let negative_rows: Vec<Row> = negatives.iter().map(|r| (*r).clone()).collect();
+        let batch =
+            crate::rows::to_record_batch(&negative_rows, &crate::rows::InMemoryColumns::default())
+                .unwrap();
+        use arrow_array::cast::AsArray;
+        let impressed = batch.column_by_name("impressed").unwrap().as_boolean();
+        assert_eq!(
+            impressed.true_count(),
+            0,
+            "negatives are written impressed = false"
+        );
+        assert_eq!(batch.num_rows(), 890);
+
+        // The same inputs in another order (and other hash seeds) give the same negatives.
+        let chosen = |rows: &[Row]| {
+            let mut out: Vec<(String, String)> = rows
+                .iter()
+                .filter(|r| r.impression_time_us.is_none())
+                .map(|r| (r.request_id.clone(), r.item_id.clone()))
+                .collect();
+            out.sort();
+            out
+        };
+        let (again, again_counts) = run(true);
+        assert_eq!(chosen(&again), chosen(&rows));
+        assert_eq!(again_counts, counts);
     }
 
     #[test]
