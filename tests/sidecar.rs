@@ -24,6 +24,15 @@ parameters = ["surface"]
 headers = ["x-user-country"]
 "#;
 
+/// The features `ALLOW` logs, in its order (which is the order of a record's features).
+const LOGGED: [&str; 5] = [
+    "user_age",
+    "user_locale",
+    "item_price",
+    "item_embedding",
+    "item_category",
+];
+
 fn values_equal_bitwise(got: &Values, want: &TensorValues) -> bool {
     let want = want.clone().into_values();
     got.fp32_values
@@ -50,14 +59,7 @@ fn check_record(
     );
     let names: Vec<_> = record.features.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(
-        names,
-        [
-            "user_age",
-            "user_locale",
-            "item_price",
-            "item_embedding",
-            "item_category"
-        ],
+        names, LOGGED,
         "exactly the allow-listed features, in allow-list order"
     );
     assert_eq!(record.row_count, 20);
@@ -390,6 +392,26 @@ async fn official_client_through_the_sidecar(client: &str, script: &str, args: &
     let record = decode_log(&records[0].payload);
     assert_eq!(record.request_id, request_id);
     assert_eq!(records[0].key_str(), request_id);
+    // The loop below checks only the features the record has: a record with none, or with
+    // one missing, would pass it.
+    let logged: Vec<&str> = record.features.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        logged, LOGGED,
+        "exactly the allow-listed features, in allow-list order"
+    );
+    let mut sent_names: Vec<&str> = sent["features"]
+        .as_object()
+        .expect("the client prints the features it sent")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    sent_names.sort_unstable();
+    let mut logged_sorted = logged.clone();
+    logged_sorted.sort_unstable();
+    assert_eq!(
+        logged_sorted, sent_names,
+        "every allow-listed feature the client sent is logged, and nothing else"
+    );
     let ids: Vec<i64> = serde_json::from_value(sent["candidate_ids"].clone()).unwrap();
     assert_eq!(record.candidate_int_ids, ids);
     for feature in &record.features {
@@ -418,16 +440,7 @@ async fn deadlines_and_cancellation_reach_the_model_server() {
     let config = sidecar_config(dir.path(), model_addr, None, "unused", "");
     let sidecar = sidecar(config).await;
     let mut via = client(sidecar.local_addr).await;
-    let mut slow = ranker_request("slow", 3, 0, 1, false);
-    slow.parameters.insert(
-        "delay_ms".into(),
-        featurelog_schemas::inference::InferParameter {
-            parameter_choice: Some(
-                featurelog_schemas::inference::infer_parameter::ParameterChoice::Int64Param(5_000),
-            ),
-        },
-    );
-    let mut request = tonic::Request::new(slow);
+    let mut request = tonic::Request::new(slow_request("slow", 5_000));
     request.set_timeout(Duration::from_millis(300));
     let started = std::time::Instant::now();
     let err = via.model_infer(request).await.unwrap_err();
@@ -449,6 +462,207 @@ async fn deadlines_and_cancellation_reach_the_model_server() {
     })
     .await;
     assert!(seen, "the model server never saw the call cancelled");
+}
+
+/// `/healthz` says the process is up and `/readyz` that it takes calls. Once the sidecar is
+/// told to stop it no longer accepts calls, and `/readyz` fails at once, before anything waits
+/// for the shutdown, so that Kubernetes stops routing to it; `/healthz` still answers.
+#[tokio::test]
+async fn readiness_fails_as_soon_as_the_sidecar_is_told_to_stop() {
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let config = sidecar_config(dir.path(), model_addr, None, "unused", "");
+    let sidecar = sidecar(config).await;
+    let addr = sidecar.metrics_addr;
+    // The endpoint runs on this test's runtime: its blocking client must not.
+    let status = |path: &'static str| async move {
+        let answer =
+            tokio::task::spawn_blocking(move || featurelog_testkit::serving::http_get(addr, path))
+                .await
+                .unwrap()
+                .unwrap_or_default();
+        answer
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|r| r.get(..3))
+            .unwrap_or("none")
+            .to_owned()
+    };
+    assert_eq!(status("/healthz").await, "200");
+    assert_eq!(status("/readyz").await, "200");
+
+    sidecar.stop();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while status("/readyz").await != "503" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz still said ready 10 s after the sidecar was told to stop"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status("/healthz").await, "200", "the process is still up");
+    assert_eq!(sidecar.wait().await, 0);
+    assert_eq!(status("/readyz").await, "503");
+}
+
+/// A ranker request the reference model server takes `delay_ms` to answer.
+fn slow_request(id: &str, delay_ms: i64) -> featurelog_schemas::inference::ModelInferRequest {
+    let mut slow = ranker_request(id, 3, 0, 1, false);
+    slow.parameters.insert(
+        "delay_ms".into(),
+        featurelog_schemas::inference::InferParameter {
+            parameter_choice: Some(
+                featurelog_schemas::inference::infer_parameter::ParameterChoice::Int64Param(
+                    delay_ms,
+                ),
+            ),
+        },
+    );
+    slow
+}
+
+/// Calls ModelInfer at `addr` with a `grpc-timeout` of `timeout` (the header's own syntax,
+/// `300m`) from a client with no timer of its own, so that the answer is the one the server
+/// (or, through the sidecar, the model server) gave: its grpc-status and grpc-message.
+async fn infer_with_grpc_timeout(
+    addr: std::net::SocketAddr,
+    request: &featurelog_schemas::inference::ModelInferRequest,
+    timeout: &str,
+) -> (String, String) {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let call = http::Request::post(format!(
+        "http://{addr}/inference.GRPCInferenceService/ModelInfer"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("grpc-timeout", timeout)
+    .body(http_body_util::Full::new(grpc_frame(
+        &request.encode_to_vec(),
+    )))
+    .unwrap();
+    // Bounded only so that a deadline that never reaches the model server fails the test
+    // instead of hanging it: the model would answer after its whole delay.
+    let response = tokio::time::timeout(Duration::from_secs(20), async {
+        let response = send.send_request(call).await.unwrap();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap();
+        (headers, body.trailers().cloned().unwrap_or_default())
+    })
+    .await
+    .expect("the deadline was not enforced: the call ran past it");
+    let (headers, trailers) = response;
+    // A trailers-only answer (an error, usually) carries its status in the headers.
+    let field = |name: &str| {
+        trailers
+            .get(name)
+            .or_else(|| headers.get(name))
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    (field("grpc-status"), field("grpc-message"))
+}
+
+/// The same as `deadlines_and_cancellation_reach_the_model_server`, with the call on the
+/// logging path (log mode, the model allow-listed), where the proxy taps both bodies and may
+/// wait for the request before it answers: a deadline still reaches the model server, which
+/// enforces it, and the caller gets what the model server said, as directly; a caller that
+/// cancels cancels the model server's work. Neither call is logged (a failed call is skipped,
+/// a cancelled one never finished), and the sidecar goes on serving and logging.
+#[tokio::test]
+async fn deadlines_and_cancellation_on_the_logging_path_reach_the_model_server() {
+    use featurelog_schemas::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+    use std::sync::atomic::Ordering::SeqCst;
+    let Some(kafka) = kafka("deadlines_and_cancellation_on_the_logging_path") else {
+        return;
+    };
+    let topic = kafka.unique_topic("sidecar-deadlines", 1).await;
+    let (model_addr, _stop, cancelled) =
+        featurelog_testkit::serving::model_server_counting(&["ranker"]).await;
+    let dir = temp_dir();
+    let config = sidecar_config(dir.path(), model_addr, Some(&kafka.config), &topic, ALLOW);
+    let sidecar = sidecar(config).await;
+    let metrics = sidecar.metrics.clone();
+    let mut direct = client(model_addr).await;
+    let mut via = client(sidecar.local_addr).await;
+    via.model_infer(ranker_request("before", 20, 0, 1, false))
+        .await
+        .unwrap();
+    let cancellations = |n: u64| {
+        let cancelled = cancelled.clone();
+        async move {
+            featurelog_testkit::eventually(Duration::from_secs(10), || cancelled.load(SeqCst) == n)
+                .await
+        }
+    };
+
+    // A deadline well inside the model's delay: the model server's own timer ends the call.
+    let want = infer_with_grpc_timeout(model_addr, &slow_request("late", 20_000), "300m").await;
+    assert!(cancellations(1).await, "the direct call was not cancelled");
+    assert_ne!(
+        want.0, "0",
+        "the direct call ran past its deadline: {want:?}"
+    );
+    let got =
+        infer_with_grpc_timeout(sidecar.local_addr, &slow_request("late", 20_000), "300m").await;
+    assert_eq!(
+        got, want,
+        "through the sidecar the caller gets what the model server said"
+    );
+    assert!(
+        cancellations(2).await,
+        "the model server did not cancel the call at the deadline the sidecar forwarded"
+    );
+
+    // A caller that gives up (its client resets the stream) while the model is working, directly
+    // and through the sidecar: the model server stops working on it either way.
+    let give_up = |mut client: GrpcInferenceServiceClient<tonic::transport::Channel>| async move {
+        let call = client.model_infer(slow_request("given-up", 20_000));
+        // Long enough for the call to reach the model server; the model takes 20 s.
+        let outcome = tokio::time::timeout(Duration::from_secs(1), call).await;
+        assert!(outcome.is_err(), "the slow call finished: {outcome:?}");
+    };
+    give_up(direct.clone()).await;
+    assert!(cancellations(3).await, "the direct call was not cancelled");
+    give_up(via.clone()).await;
+    assert!(
+        cancellations(4).await,
+        "the model server never saw the call cancelled through the sidecar"
+    );
+
+    // Still serving, over the same connection, and still logging.
+    let after = ranker_request("after", 20, 0, 2, false);
+    let want = direct
+        .model_infer(after.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(via.model_infer(after).await.unwrap().into_inner(), want);
+
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+    assert_eq!(
+        metrics.skipped_count("call_failed"),
+        1,
+        "the call past its deadline"
+    );
+    assert_eq!(metrics.dropped_count("incomplete_call"), 0);
+    assert_eq!(
+        metrics.records_delivered.get(),
+        2,
+        "only the calls that succeeded are logged"
+    );
+    let records = kafka.read(&topic, 2, Duration::from_secs(60)).await;
+    let mut keys: Vec<String> = records.iter().map(|r| r.key_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["after", "before"]);
 }
 
 /// Triton's ModelStreamInfer (many inferences over one stream, as tritonclient's stream API

@@ -352,8 +352,38 @@ async fn broker_outage_never_fails_a_call_and_logging_resumes() {
         j += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The controller gives back what it shed once deliveries succeed again: the fraction climbs
+    // a step per clean interval, which needs calls to deliver, so keep calling (bounded: this is
+    // the assertion).
+    while metrics.logged_fraction.get() < 1.0 {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(120),
+            "the logged fraction was still {} 120 s after the broker's return ({} delivered, \
+             {} failed deliveries since the start)",
+            metrics.logged_fraction.get(),
+            metrics.records_delivered.get(),
+            metrics.dropped_count("delivery_failed"),
+        );
+        via.model_infer(ranker_request(&format!("after-{j}"), 4, 0, j, false))
+            .await
+            .expect("an inference call failed after the broker came back");
+        j += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Back to logging every call: none shed from here on.
+    let shed = metrics.dropped_count("adaptive_shed");
+    for k in 0..20 {
+        via.model_infer(ranker_request(&format!("whole-{k}"), 4, 0, k, false))
+            .await
+            .unwrap();
+    }
     sidecar.stop();
     sidecar.wait().await;
+    assert_eq!(
+        metrics.dropped_count("adaptive_shed"),
+        shed,
+        "calls were shed at a logged fraction of 1"
+    );
 
     // The records of calls made after the return are on the topic.
     let total = metrics.records_delivered.get() as usize;
@@ -365,5 +395,61 @@ async fn broker_outage_never_fails_a_call_and_logging_resumes() {
     assert!(
         after > 0,
         "no record of the calls after the outage reached the topic"
+    );
+    let whole = records
+        .iter()
+        .filter(|r| r.key_str().starts_with("whole-"))
+        .count();
+    assert_eq!(
+        whole, 20,
+        "every call once the fraction is back to 1 is logged"
+    );
+}
+
+/// A broker that cannot be reached when the sidecar stops holds the shutdown up no longer than
+/// its timeout (the drain and the flush each get it), and the records it never acknowledged are
+/// counted as dropped by the time the shutdown returns, not lost without a trace.
+#[tokio::test]
+async fn a_shutdown_with_the_broker_unreachable_ends_in_time_and_counts_what_was_lost() {
+    // Nothing listens on port 1; no topic is ever created, so the name need not be unique.
+    let nowhere = featurelog_kafka::KafkaConfig::new("127.0.0.1:1");
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let mut config = sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&nowhere),
+        "sidecar-unreachable",
+        &allow(&["item_price"]),
+    );
+    let timeout = Duration::from_secs(2);
+    config.shutdown_timeout = timeout;
+    let sidecar = sidecar(config).await;
+    let metrics = sidecar.metrics.clone();
+    let mut via = client(sidecar.local_addr).await;
+    for i in 0..3 {
+        via.model_infer(ranker_request(&format!("lost-{i}"), 4, 0, i, false))
+            .await
+            .expect("a call failed with the broker unreachable");
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || metrics.produced().records == 3).await,
+        "the records were not handed to the producer"
+    );
+
+    let started = tokio::time::Instant::now();
+    sidecar.stop();
+    let left = sidecar.wait().await;
+    let took = started.elapsed();
+    assert!(
+        took < timeout * 2 + Duration::from_secs(5),
+        "the shutdown took {took:?} with a shutdown-timeout of {timeout:?}"
+    );
+    assert_eq!(left, 3, "the records Kafka never acknowledged");
+    assert_eq!(metrics.records_delivered.get(), 0);
+    assert_eq!(
+        metrics.dropped_count("delivery_failed"),
+        3,
+        "the records given up at shutdown are counted as dropped"
     );
 }

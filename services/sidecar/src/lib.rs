@@ -184,6 +184,14 @@ pub async fn start(
             source,
         })?;
     let ready = Arc::new(AtomicBool::new(true));
+    // Readiness fails the moment the shutdown starts, whoever cancels the token and whether or
+    // not `wait` is running yet: the listener stops accepting then, and Kubernetes must stop
+    // routing calls here.
+    let (unready, stopping) = (ready.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        stopping.cancelled().await;
+        unready.store(false, Ordering::SeqCst);
+    });
     // The metrics endpoint outlives the proxy's drain so the drain itself can be watched; it
     // stops with the process.
     let render_metrics = metrics.clone();
@@ -247,7 +255,8 @@ impl Sidecar {
 
     /// Waits for the shutdown: the proxy drains its calls, then the publisher drains its queue
     /// and flushes the producer, each within the configured shutdown timeout. Returns the number
-    /// of records that Kafka had not acknowledged when the flush gave up.
+    /// of records that Kafka had not acknowledged when the flush gave up (counted as dropped,
+    /// `delivery_failed`, by then).
     pub async fn wait(self) -> usize {
         self.shutdown.cancelled().await;
         self.ready.store(false, Ordering::SeqCst);

@@ -23,7 +23,9 @@ use rdkafka::ClientContext;
 use rdkafka::Message as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::SidecarError;
@@ -472,7 +474,8 @@ impl Publisher {
     }
 
     /// Stops taking calls, drains the queue, then waits up to `timeout` for Kafka to acknowledge
-    /// what is in flight. Returns how many records were still unacknowledged when it gave up.
+    /// what is in flight. Returns how many records were still unacknowledged when it gave up;
+    /// those are purged and counted as dropped (`delivery_failed`) before it returns.
     ///
     /// Takes `&self`: connections that outlived the proxy's drain still hold the publisher, and
     /// what is already queued must be flushed all the same. Calls they submit from now on are
@@ -511,12 +514,26 @@ impl Publisher {
             if let Err(err) = shared.producer.flush(left) {
                 tracing::warn!(%err, "producer flush did not finish");
             }
-            shared.producer.in_flight_count().max(0) as usize
+            let unacknowledged = shared.producer.in_flight_count().max(0) as usize;
+            if unacknowledged > 0 {
+                // Given up: purged now, their delivery reports count each as dropped
+                // (`delivery_failed`) before the shutdown returns, rather than whenever the
+                // producer happens to be dropped, which a process that exits never sees.
+                shared
+                    .producer
+                    .purge(PurgeConfig::default().queue().inflight());
+                let _ = shared.producer.flush(PURGE_REPORTS);
+            }
+            unacknowledged
         })
         .await;
         joined.unwrap_or(0)
     }
 }
+
+/// How long a shutdown serves the delivery reports of the records it purged: they are ready at
+/// once, with no broker to wait for.
+const PURGE_REPORTS: Duration = Duration::from_millis(500);
 
 /// How often a missing dead-letter topic is looked for again.
 const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(30);
