@@ -520,6 +520,25 @@ fn slow_request(id: &str, delay_ms: i64) -> featurelog_schemas::inference::Model
     slow
 }
 
+/// A bare HTTP/2 connection to `addr`: requests on it carry exactly the headers and frames the
+/// test writes, with no gRPC client's own timers in the way.
+async fn h2_connection<B>(addr: std::net::SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    send
+}
+
 /// Calls ModelInfer at `addr` with a `grpc-timeout` of `timeout` (the header's own syntax,
 /// `300m`) from a client with no timer of its own, so that the answer is the one the server
 /// (or, through the sidecar, the model server) gave: its grpc-status and grpc-message.
@@ -530,14 +549,7 @@ async fn infer_with_grpc_timeout(
 ) -> (String, String) {
     use http_body_util::BodyExt;
     use prost::Message;
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut send, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(connection);
+    let mut send = h2_connection(addr).await;
     let call = http::Request::post(format!(
         "http://{addr}/inference.GRPCInferenceService/ModelInfer"
     ))
@@ -773,16 +785,7 @@ async fn a_call_answered_before_its_request_ends_is_logged_under_its_own_id() {
         .into_inner();
     // A client that sends the message and keeps its request stream open until it has the
     // whole answer.
-    let tcp = tokio::net::TcpStream::connect(sidecar.local_addr)
-        .await
-        .unwrap();
-    let (mut send, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(connection);
+    let mut send = h2_connection(sidecar.local_addr).await;
     let (feed, body) = tokio::sync::mpsc::channel(1);
     feed.send(http_body::Frame::data(grpc_frame(&request.encode_to_vec())))
         .await

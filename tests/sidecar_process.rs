@@ -26,18 +26,7 @@ async fn sidecar_binary_serves_metrics_and_stops_cleanly_on_sigterm() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_featurelog"))
-        .args(["sidecar", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-
-    let ready = featurelog_testkit::eventually(Duration::from_secs(20), || {
-        http_get(metrics, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-    })
-    .await;
-    assert!(ready, "/readyz never said ready");
+    let mut child = start_ready(&config, metrics, Stdio::inherit(), "warn").await;
 
     let mut client = featurelog_testkit::serving::client(listen).await;
     let response = client
@@ -146,6 +135,28 @@ fn log_mode_config(
     (config, listen, metrics)
 }
 
+/// Starts `featurelog sidecar --config config` and waits until its `/readyz` says ready.
+async fn start_ready(
+    config: &std::path::Path,
+    metrics: SocketAddr,
+    stderr: Stdio,
+    log: &str,
+) -> std::process::Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+        .args(["sidecar", "--config", config.to_str().unwrap()])
+        .env("FEATURELOG_LOG", log)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let ready = featurelog_testkit::eventually(Duration::from_secs(20), || {
+        is_status(metrics, "/readyz", 200)
+    })
+    .await;
+    assert!(ready, "/readyz never said ready");
+    child
+}
+
 fn is_status(addr: SocketAddr, path: &str, status: u16) -> bool {
     http_get(addr, path).is_some_and(|r| r.starts_with(&format!("HTTP/1.1 {status} ")))
 }
@@ -172,17 +183,7 @@ async fn sigterm_fails_readiness_finishes_the_call_in_flight_and_logs_it() {
     let dir = tempfile::tempdir().unwrap();
     let (config, listen, metrics) =
         log_mode_config(dir.path(), relay.addr, &kafka.config, &topic, "20s");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_featurelog"))
-        .args(["sidecar", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let ready = featurelog_testkit::eventually(Duration::from_secs(20), || {
-        is_status(metrics, "/readyz", 200)
-    })
-    .await;
-    assert!(ready, "/readyz never said ready");
+    let mut child = start_ready(&config, metrics, Stdio::inherit(), "warn").await;
     assert!(
         is_status(metrics, "/healthz", 200),
         "/healthz while serving"
@@ -255,18 +256,7 @@ async fn sigterm_with_the_broker_unreachable_exits_within_the_shutdown_timeout()
         "sidecar-unreachable",
         "2s",
     );
-    let child = Command::new(env!("CARGO_BIN_EXE_featurelog"))
-        .args(["sidecar", "--config", config.to_str().unwrap()])
-        .env("FEATURELOG_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = featurelog_testkit::eventually(Duration::from_secs(20), || {
-        is_status(metrics, "/readyz", 200)
-    })
-    .await;
-    assert!(ready, "/readyz never said ready");
+    let child = start_ready(&config, metrics, Stdio::piped(), "info").await;
     let mut client = featurelog_testkit::serving::client(listen).await;
     for i in 0..3 {
         client
