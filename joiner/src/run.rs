@@ -369,7 +369,8 @@ async fn serve(
             addr: listen,
             source,
         })?;
-    let ready = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // Cancelled with the shutdown, and when the run ends on an error.
+    let draining = shutdown.child_token();
     let render = metrics.clone();
     // The endpoint outlives the first signal, so that the drain and the last commit can be
     // watched (/readyz answers 503 from the signal on); it stops when this function returns.
@@ -378,16 +379,9 @@ async fn serve(
     tokio::spawn(featurelog_ops::serve(
         listener,
         Arc::new(move || render.render()),
-        ready.clone(),
+        draining.clone(),
         endpoint,
     ));
-    {
-        let (ready, shutdown) = (ready.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            ready.store(false, std::sync::atomic::Ordering::SeqCst);
-        });
-    }
 
     let stop = shutdown.child_token();
     let router = (!direct).then(|| {
@@ -437,7 +431,7 @@ async fn serve(
             }
         }
     };
-    ready.store(false, std::sync::atomic::Ordering::SeqCst);
+    draining.cancel();
     joined.and(routed)
 }
 

@@ -1003,11 +1003,6 @@ impl JoinState {
     /// A snapshot's cost is thus the new logs plus the small part, not everything held.
     pub fn snapshot(&mut self, epoch: u64, file: &str) -> Snapshot {
         use prost::Message;
-        let expiry: HashMap<&str, i64> = self
-            .feature_expiry
-            .iter()
-            .map(|(t, r)| (r.as_str(), *t))
-            .collect();
         // Logs still needed: the held ones, and those of expired requests whose matched
         // impression still waits for its label window.
         let mut live: HashMap<&str, &Arc<ServedLog>> = self
@@ -1079,7 +1074,7 @@ impl JoinState {
                 .iter()
                 .map(|(r, f)| SnapFeature {
                     request_id: r.clone(),
-                    expires_at: expiry.get(r.as_str()).copied().unwrap_or(i64::MAX),
+                    expires_at: f.expires_at,
                     impressed: f.impressed.iter().cloned().collect(),
                     segment: segment_of(r),
                     offset: offset_of(r),

@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -328,11 +327,13 @@ fn text_leaves(value: figment::value::Value) -> figment::value::Value {
 /// Renders the service's metrics in the text exposition format.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// Serves the endpoint until `shutdown`.
+/// Serves the endpoint until `shutdown`. `/readyz` answers 503 once `draining` is cancelled:
+/// the service's own shutdown token (or a child of it), so that readiness fails the moment a
+/// drain starts and no flag has to be kept in step with it.
 pub async fn serve(
     listener: TcpListener,
     metrics: Render,
-    ready: Arc<AtomicBool>,
+    draining: CancellationToken,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -347,9 +348,9 @@ pub async fn serve(
                 }
             },
         };
-        let (metrics, ready) = (metrics.clone(), ready.clone());
+        let (metrics, draining) = (metrics.clone(), draining.clone());
         let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-            let response = route(request.uri().path(), &metrics, &ready);
+            let response = route(request.uri().path(), &metrics, &draining);
             async move { Ok::<_, Infallible>(response) }
         });
         tokio::spawn(async move {
@@ -360,7 +361,7 @@ pub async fn serve(
     }
 }
 
-fn route(path: &str, metrics: &Render, ready: &AtomicBool) -> Response<Full<Bytes>> {
+fn route(path: &str, metrics: &Render, draining: &CancellationToken) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/metrics" => (
             StatusCode::OK,
@@ -368,7 +369,7 @@ fn route(path: &str, metrics: &Render, ready: &AtomicBool) -> Response<Full<Byte
             metrics(),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-        "/readyz" if ready.load(Ordering::SeqCst) => {
+        "/readyz" if !draining.is_cancelled() => {
             (StatusCode::OK, "text/plain", "ready\n".to_owned())
         }
         "/readyz" => (

@@ -31,7 +31,6 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -58,7 +57,6 @@ pub struct Sidecar {
     pub allow_list: Option<AllowListHandle>,
     config: SidecarConfig,
     shutdown: CancellationToken,
-    ready: Arc<AtomicBool>,
     proxy_task: JoinHandle<()>,
     rest_task: Option<JoinHandle<()>>,
     publisher: Option<Arc<Publisher>>,
@@ -183,22 +181,16 @@ pub async fn start(
             addr: config.metrics.listen,
             source,
         })?;
-    let ready = Arc::new(AtomicBool::new(true));
-    // Readiness fails the moment the shutdown starts, whoever cancels the token and whether or
-    // not `wait` is running yet: the listener stops accepting then, and Kubernetes must stop
-    // routing calls here.
-    let (unready, stopping) = (ready.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        stopping.cancelled().await;
-        unready.store(false, Ordering::SeqCst);
-    });
     // The metrics endpoint outlives the proxy's drain so the drain itself can be watched; it
     // stops with the process.
     let render_metrics = metrics.clone();
     tokio::spawn(featurelog_ops::serve(
         metrics_listener,
         Arc::new(move || render_metrics.render()),
-        ready.clone(),
+        // Readiness fails the moment the shutdown starts, whoever cancels the token and whether
+        // or not `wait` is running yet: the listener stops accepting then, and Kubernetes must
+        // stop routing calls here.
+        shutdown.clone(),
         CancellationToken::new(),
     ));
     let mut rest_addr = None;
@@ -240,7 +232,6 @@ pub async fn start(
         allow_list,
         config,
         shutdown,
-        ready,
         proxy_task,
         rest_task,
         publisher,
@@ -259,7 +250,6 @@ impl Sidecar {
     /// `delivery_failed`, by then).
     pub async fn wait(self) -> usize {
         self.shutdown.cancelled().await;
-        self.ready.store(false, Ordering::SeqCst);
         let _ = self.proxy_task.await;
         if let Some(rest) = self.rest_task {
             let _ = rest.await;
