@@ -412,6 +412,7 @@ fn sidecar_exposition() -> String {
     m.tls_handshake_failed("error");
     m.dead_letter("delivered");
     m.model("ranker").records.inc();
+    m.missing_feature("ranker", "user_age");
     m.render()
 }
 

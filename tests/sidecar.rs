@@ -10,8 +10,8 @@ use featurelog_schemas::inference::ModelMetadataRequest;
 use featurelog_schemas::tensor::TensorValues;
 use featurelog_testkit::kafka;
 use featurelog_testkit::serving::{
-    client, decode_log, model_server, ranker_request, sent_values, sidecar, sidecar_config,
-    temp_dir,
+    client, decode_log, h2_connection, model_server, ranker_request, sent_values, sidecar,
+    sidecar_config, temp_dir,
 };
 
 const ALLOW: &str = r#"
@@ -518,25 +518,6 @@ fn slow_request(id: &str, delay_ms: i64) -> featurelog_schemas::inference::Model
         },
     );
     slow
-}
-
-/// A bare HTTP/2 connection to `addr`: requests on it carry exactly the headers and frames the
-/// test writes, with no gRPC client's own timers in the way.
-async fn h2_connection<B>(addr: std::net::SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
-where
-    B: http_body::Body + Send + Unpin + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (send, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(connection);
-    send
 }
 
 /// Calls ModelInfer at `addr` with a `grpc-timeout` of `timeout` (the header's own syntax,

@@ -240,6 +240,51 @@ impl std::fmt::Display for TopicRetention {
     }
 }
 
+/// The configuration of `topic` as the brokers apply it (DescribeConfigs): every entry's name
+/// and value. An error when the cluster does not answer the request (librdkafka's mock cluster
+/// does not implement it).
+async fn topic_configs(
+    kafka: &KafkaConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<rdkafka::admin::ConfigResource, KafkaError> {
+    use rdkafka::admin::ResourceSpecifier;
+    let (admin, last): (AdminClient<LastError>, _) = client(kafka)?;
+    let options = AdminOptions::new().request_timeout(Some(timeout));
+    let described = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+        .await;
+    match described {
+        Ok(mut results) if !results.is_empty() => results
+            .swap_remove(0)
+            .map_err(|code| describe_failed(topic, code.to_string())),
+        Ok(_) => Err(describe_failed(topic, "no answer for the topic".into())),
+        Err(err) => Err(describe_failed(topic, last.explain(err.to_string()))),
+    }
+}
+
+fn describe_failed(topic: &str, reason: String) -> KafkaError {
+    KafkaError::DescribeTopic {
+        topic: topic.to_owned(),
+        reason,
+    }
+}
+
+/// A numeric entry of a topic's configuration; `None` when absent or negative (unbounded).
+fn config_number(
+    resource: &rdkafka::admin::ConfigResource,
+    topic: &str,
+    name: &str,
+) -> Result<Option<i64>, KafkaError> {
+    match resource.get(name).and_then(|e| e.value.as_deref()) {
+        None => Ok(None),
+        Some(v) => v
+            .parse::<i64>()
+            .map(|n| (n >= 0).then_some(n))
+            .map_err(|_| describe_failed(topic, format!("{name} = {v:?} is not a number"))),
+    }
+}
+
 /// The retention settings of `topic` (DescribeConfigs). An error when the cluster does not
 /// answer the request (librdkafka's mock cluster does not implement it).
 pub async fn topic_retention(
@@ -247,40 +292,32 @@ pub async fn topic_retention(
     topic: &str,
     timeout: Duration,
 ) -> Result<TopicRetention, KafkaError> {
-    use rdkafka::admin::ResourceSpecifier;
-    let (admin, last): (AdminClient<LastError>, _) = client(kafka)?;
-    let options = AdminOptions::new().request_timeout(Some(timeout));
-    let described = admin
-        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
-        .await;
-    let failed = |reason: String| KafkaError::DescribeTopic {
-        topic: topic.to_owned(),
-        reason,
-    };
-    let resource = match described {
-        Ok(mut results) if !results.is_empty() => results
-            .swap_remove(0)
-            .map_err(|code| failed(code.to_string()))?,
-        Ok(_) => return Err(failed("no answer for the topic".into())),
-        Err(err) => return Err(failed(last.explain(err.to_string()))),
-    };
-    let value = |name: &str| resource.get(name).and_then(|e| e.value.clone());
-    let number = |name: &str| -> Result<Option<i64>, KafkaError> {
-        match value(name) {
-            None => Ok(None),
-            Some(v) => v
-                .parse::<i64>()
-                .map(|n| (n >= 0).then_some(n))
-                .map_err(|_| failed(format!("{name} = {v:?} is not a number"))),
-        }
-    };
-    let policy = value("cleanup.policy").unwrap_or_else(|| "delete".into());
+    let resource = topic_configs(kafka, topic, timeout).await?;
+    let number = |name: &str| config_number(&resource, topic, name);
+    let policy = resource
+        .get("cleanup.policy")
+        .and_then(|e| e.value.clone())
+        .unwrap_or_else(|| "delete".into());
     Ok(TopicRetention {
         retention: number("retention.ms")?.map(|ms| Duration::from_millis(ms as u64)),
         retention_bytes: number("retention.bytes")?.map(|b| b as u64),
         compacted: policy.split(',').any(|p| p.trim() == "compact"),
         deletes: policy.split(',').any(|p| p.trim() == "delete"),
     })
+}
+
+/// The largest record batch the brokers accept on `topic`: its `max.message.bytes` (the
+/// broker's `message.max.bytes` unless the topic overrides it). Kafka checks it against a
+/// batch as it arrives, compressed.
+pub async fn topic_max_message_bytes(
+    kafka: &KafkaConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<usize, KafkaError> {
+    let resource = topic_configs(kafka, topic, timeout).await?;
+    config_number(&resource, topic, "max.message.bytes")?
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| describe_failed(topic, "max.message.bytes is not set".into()))
 }
 
 #[cfg(test)]

@@ -146,6 +146,25 @@ pub async fn client(addr: SocketAddr) -> GrpcInferenceServiceClient<Channel> {
         .max_encoding_message_size(64 << 20)
 }
 
+/// A bare HTTP/2 connection to `addr`: requests on it carry exactly the headers and frames the
+/// test writes, with no gRPC client's own timers in the way.
+pub async fn h2_connection<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (send, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    send
+}
+
 /// Where the test's temporary files go.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")

@@ -50,6 +50,12 @@ pub struct SidecarConfig {
     /// `log` (default) or `pass-through`.
     #[serde(default)]
     pub mode: Mode,
+    /// A gRPC call whose metadata (its HTTP/2 header list, as RFC 9113 counts it) is larger is
+    /// answered RESOURCE_EXHAUSTED by the sidecar, for that call alone, as gRPC servers answer
+    /// metadata over their limit (16 KiB by default in gRPC's C core, in Triton and MLServer,
+    /// and in hyper/tonic). Raise it with the model server's own limit.
+    #[serde(default = "default_max_request_header_bytes")]
+    pub max_request_header_bytes: usize,
     /// The name this sidecar writes into every record; defaults to `$HOSTNAME` (the pod name on
     /// Kubernetes), else "sidecar".
     #[serde(default)]
@@ -228,6 +234,9 @@ impl Default for PublishConfig {
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 8001))
 }
+fn default_max_request_header_bytes() -> usize {
+    16 * 1024
+}
 fn default_reload_interval() -> Duration {
     Duration::from_secs(2)
 }
@@ -384,6 +393,13 @@ impl SidecarConfig {
         }
         if p.max_message_bytes == 0 {
             return Err("publish.max-message-bytes must be at least 1".into());
+        }
+        if self.max_request_header_bytes > crate::proxy::HEADER_LIST_BYTES as usize {
+            return Err(format!(
+                "max-request-header-bytes is {}, over the {} bytes of metadata the sidecar takes in at all",
+                self.max_request_header_bytes,
+                crate::proxy::HEADER_LIST_BYTES
+            ));
         }
         if self.shutdown_timeout.is_zero() {
             return Err("shutdown-timeout must be longer than zero: calls in flight and the producer's flush need time at shutdown".into());

@@ -45,6 +45,10 @@ pub struct Rejected {
     pub request_bytes: usize,
     /// When the call arrived.
     pub served_at: SystemTime,
+    /// The size of the record that was refused, for a record the brokers would not take.
+    pub record_bytes: Option<usize>,
+    /// The largest record the topic takes, when that is why it was refused.
+    pub limit_bytes: Option<usize>,
 }
 
 impl Rejected {
@@ -59,7 +63,21 @@ impl Rejected {
             request_id: String::new(),
             request_bytes: 0,
             served_at: SystemTime::now(),
+            record_bytes: None,
+            limit_bytes: None,
         }
+    }
+
+    /// The same, for a record of `bytes` that was refused.
+    pub fn record_bytes(mut self, bytes: usize) -> Self {
+        self.record_bytes = Some(bytes);
+        self
+    }
+
+    /// The same, with the limit the record was over.
+    pub fn limit_bytes(mut self, bytes: usize) -> Self {
+        self.limit_bytes = Some(bytes);
+        self
     }
 
     /// The same, for `model` and `version`.
@@ -91,6 +109,8 @@ impl Rejected {
             served_at: &served_at,
             sidecar: instance,
             allow_list_version,
+            record_bytes: self.record_bytes,
+            limit_bytes: self.limit_bytes,
         };
         // Strings and integers only: serializing cannot fail.
         serde_json::to_vec(&letter).unwrap_or_default()
@@ -110,6 +130,10 @@ struct Letter<'a> {
     served_at: &'a str,
     sidecar: &'a str,
     allow_list_version: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit_bytes: Option<usize>,
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.
@@ -208,6 +232,13 @@ mod tests {
                 "allow_list_version": "v7",
             })
         );
+        let refused = Rejected::new("too_large", "grpc", "over the topic's limit")
+            .record_bytes(2_300_000)
+            .limit_bytes(1_048_588);
+        let json: serde_json::Value =
+            serde_json::from_slice(&refused.to_json("pod-a", "v7")).unwrap();
+        assert_eq!(json["record_bytes"], 2_300_000);
+        assert_eq!(json["limit_bytes"], 1_048_588);
         let long = Rejected::new("malformed_json", "rest", "é".repeat(2000));
         let json: serde_json::Value = serde_json::from_slice(&long.to_json("p", "v")).unwrap();
         let detail = json["detail"].as_str().unwrap();

@@ -33,6 +33,8 @@ struct Head<'a> {
 /// Reads name, datatype and shape of an encoded `InferInputTensor`; `None` if it carries typed
 /// contents or anything unexpected.
 fn head(mut buf: &[u8]) -> Option<Head<'_>> {
+    let whole = buf;
+    let mut parameters = false;
     let mut head = Head {
         name: &[],
         datatype: &[],
@@ -56,9 +58,17 @@ fn head(mut buf: &[u8]) -> Option<Head<'_>> {
             (4, _) => {
                 prost::encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default())
                     .ok()?;
+                parameters = true;
             }
             _ => return None,
         }
+    }
+    // But the general path decodes them, and refuses a tensor whose parameters prost cannot
+    // read: so must this, which is to log only what the general path logs. Read when planning
+    // only (the plan is kept for these very header bytes), for the tensors a rule logs.
+    if parameters {
+        use featurelog_schemas::inference::model_infer_request::InferInputTensor;
+        <InferInputTensor as prost::Message>::decode(whole).ok()?;
     }
     Some(head)
 }
@@ -267,6 +277,17 @@ struct Planned {
     datatype: DataType,
     kind: Kind,
     shape: Vec<i64>,
+}
+
+impl Plan {
+    /// The features of `rule` this layout of inputs lacks.
+    pub fn missing<'r>(&self, rule: &'r ModelRule) -> impl Iterator<Item = &'r str> {
+        rule.features
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.columns.iter().any(|c| c.feature == *i))
+            .map(|(_, name)| name.as_str())
+    }
 }
 
 /// The plan for `rule` on this request's inputs, or `None` when the call must take the

@@ -7,16 +7,20 @@
 //! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer.
 //! - [`rest`]: the same for the protocol's HTTP/REST binding; [`rest_json`] reads its bodies.
 //! - [`tls`]: TLS on the client port, its certificate reloaded when renewed.
-//! - [`publisher`]: the bounded queue, decoding threads, producer and adaptive controller.
+//! - [`publisher`]: the bounded queue, decoding threads and producer; [`adaptive`]: the
+//!   fraction logged while the brokers fail; [`record_limit`]: the largest record the topic
+//!   takes; `delivery`: what the producer reports back.
 //! - [`extract`]: one call to one record; [`direct`]: its fast path for raw numeric tensors.
 //! - [`metrics`]: what an operator sees (served by `featurelog-ops`).
 //!
 //! [`start`] runs it all; the returned [`Sidecar`] shuts it down in order: stop accepting,
 //! finish the calls in flight, drain the queue, flush the producer.
 
+pub mod adaptive;
 pub mod allowlist;
 pub mod config;
 pub mod dead_letter;
+mod delivery;
 pub mod direct;
 mod error;
 pub mod extract;
@@ -24,6 +28,7 @@ pub mod lazy;
 pub mod metrics;
 pub mod proxy;
 pub mod publisher;
+pub mod record_limit;
 pub mod rest;
 pub mod rest_json;
 mod stream;
@@ -131,6 +136,7 @@ pub async fn start(
         metrics.clone(),
         publisher.clone(),
         config.publish.max_message_bytes,
+        config.max_request_header_bytes,
     )
     .map_err(|message| SidecarError::Config {
         path: "upstream".into(),

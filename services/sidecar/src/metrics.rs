@@ -49,6 +49,15 @@ pub struct Model {
     pub model: String,
 }
 
+/// A model and one of its allow-listed features.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelFeature {
+    /// The model's name, as its allow-list entry names it.
+    pub model: String,
+    /// The feature (input or output tensor) the entry lists.
+    pub feature: String,
+}
+
 /// The counters of one model's records (see [`Metrics::model`]).
 #[derive(Clone, Debug, Default)]
 pub struct ModelCounters {
@@ -95,6 +104,11 @@ pub struct Metrics {
     models: RwLock<HashMap<String, Arc<ModelCounters>>>,
     /// Calls that were to be logged but were not, by reason.
     pub dropped: Family<Reason, Counter>,
+    /// Logged calls that lacked a feature their allow-list entry lists, by model and feature.
+    pub missing_features: Family<ModelFeature, Counter>,
+    /// The largest record the feature-log topic takes (the smaller of its `max.message.bytes`
+    /// and `publish.max-message-bytes`).
+    pub record_limit_bytes: Gauge,
     /// Calls not logged by design: model not allow-listed, not sampled, failed call.
     pub skipped: Family<Reason, Counter>,
     /// Dead letters (calls not logged because of what the caller sent), by outcome:
@@ -153,6 +167,8 @@ impl Metrics {
             record_bytes: Family::default(),
             models: RwLock::default(),
             dropped: Family::default(),
+            missing_features: Family::default(),
+            record_limit_bytes: Gauge::default(),
             skipped: Family::default(),
             dead_letters: Family::default(),
             dead_letter_topic_missing: Gauge::default(),
@@ -205,6 +221,16 @@ impl Metrics {
             "dropped",
             "Calls that should have been logged but were not, by reason",
             m.dropped.clone(),
+        );
+        registry.register(
+            "missing_features",
+            "Logged calls that lacked a feature their allow-list entry lists, by model and feature",
+            m.missing_features.clone(),
+        );
+        registry.register(
+            "record_limit_bytes",
+            "The largest record the feature-log topic takes: the smaller of its max.message.bytes and publish.max-message-bytes",
+            m.record_limit_bytes.clone(),
         );
         registry.register(
             "skipped",
@@ -349,6 +375,26 @@ impl Metrics {
     /// Counts a call dropped (forwarded, not logged) for `reason`.
     pub fn drop_call(&self, reason: &'static str) {
         self.dropped.get_or_create(&Reason { reason }).inc();
+    }
+
+    /// Counts a logged call of `model` that lacked `feature`.
+    pub fn missing_feature(&self, model: &str, feature: &str) {
+        self.missing_features
+            .get_or_create(&ModelFeature {
+                model: model.to_owned(),
+                feature: feature.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The count of logged calls of `model` that lacked `feature`.
+    pub fn missing_feature_count(&self, model: &str, feature: &str) -> u64 {
+        self.missing_features
+            .get_or_create(&ModelFeature {
+                model: model.to_owned(),
+                feature: feature.to_owned(),
+            })
+            .get()
     }
 
     /// Counts a call skipped by design.

@@ -49,6 +49,20 @@ const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 const MODEL_STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 const REQUEST_ID: &str = "x-request-id";
 
+/// The SETTINGS_MAX_HEADER_LIST_SIZE the sidecar advertises, to its clients and to the model
+/// server: larger than any model server's default (gRPC's and hyper's are 16 KiB), so that
+/// whatever the model server sends reaches the client as it is, and a request's oversized
+/// metadata is refused for its own stream (`max-request-header-bytes`) instead of by the
+/// HTTP/2 layer, which answers 431 over the limit and closes the whole connection at four
+/// times it. It bounds what one header block may hold in memory.
+pub(crate) const HEADER_LIST_BYTES: u32 = 1 << 20;
+
+/// The HTTP/2 flow-control windows of every connection the sidecar makes or accepts: a
+/// connection's is the bytes it may hold unread across its calls (see `Proxy::new`).
+pub(crate) const CONNECTION_WINDOW: u32 = 16 << 20;
+/// See [`CONNECTION_WINDOW`]: one call's share.
+pub(crate) const STREAM_WINDOW: u32 = 1 << 20;
+
 /// What the proxy needs to forward calls and, optionally, log them.
 pub struct Proxy {
     client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
@@ -56,6 +70,7 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     publisher: Option<Arc<Publisher>>,
     max_message_bytes: usize,
+    max_request_header_bytes: usize,
 }
 
 impl Proxy {
@@ -67,12 +82,19 @@ impl Proxy {
         metrics: Arc<Metrics>,
         publisher: Option<Arc<Publisher>>,
         max_message_bytes: usize,
+        max_request_header_bytes: usize,
     ) -> Result<Self, String> {
         let upstream = Upstream::parse(upstream, "upstream")?;
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .http2_only(true)
-            .http2_adaptive_window(true)
+            // Fixed, large windows rather than adaptive ones that start at 64 KiB: h2 bounds the
+            // small DATA frames a connection may hold unread to half its window, and 200
+            // concurrent calls' small responses passed that, which closed the connection that
+            // every caller's calls share (GOAWAY too_many_data_frames).
+            .http2_initial_connection_window_size(CONNECTION_WINDOW)
+            .http2_initial_stream_window_size(STREAM_WINDOW)
+            .http2_max_header_list_size(HEADER_LIST_BYTES)
             .http2_keep_alive_interval(Some(Duration::from_secs(30)))
             .build(connector(tls, true));
         Ok(Self {
@@ -81,6 +103,7 @@ impl Proxy {
             metrics,
             publisher,
             max_message_bytes,
+            max_request_header_bytes,
         })
     }
 
@@ -93,6 +116,20 @@ impl Proxy {
             _ => "other",
         };
         let (mut parts, body) = request.into_parts();
+        // Refused here, for this stream alone, as a gRPC server refuses metadata over its
+        // limit: forwarded, it could make the model server close the connection that every
+        // caller's calls share.
+        let metadata = header_list_bytes(&parts);
+        if metadata > self.max_request_header_bytes {
+            self.count(method, "headers_too_large");
+            return trailers_only(
+                "8",
+                &format!(
+                    "featurelog sidecar: the request's metadata is {metadata} bytes, over the {} bytes it forwards (max-request-header-bytes)",
+                    self.max_request_header_bytes
+                ),
+            );
+        }
         parts.uri = match self.upstream.uri(&parts.uri) {
             Ok(uri) => uri,
             Err(err) => return self.unavailable(method, &format!("bad request path: {err}")),
@@ -244,20 +281,50 @@ impl Proxy {
     fn unavailable(&self, method: &'static str, why: &str) -> Response<ProxyBody> {
         self.count(method, "upstream_unavailable");
         tracing::warn!(upstream = %self.upstream, "upstream call failed: {why}");
-        let message = percent_encode(&format!("featurelog sidecar: upstream unavailable: {why}"));
-        let mut response = Response::new(
-            http_body_util::Empty::new()
-                .map_err(|never: Infallible| match never {})
-                .boxed_unsync(),
-        );
-        let headers = response.headers_mut();
-        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
-        headers.insert("grpc-status", HeaderValue::from_static("14"));
-        if let Ok(v) = HeaderValue::from_str(&message) {
-            headers.insert("grpc-message", v);
-        }
-        response
+        trailers_only(
+            "14",
+            &format!("featurelog sidecar: upstream unavailable: {why}"),
+        )
     }
+}
+
+/// A trailers-only gRPC answer with `status` (a gRPC status code) and `message`, as a gRPC
+/// server sends an error it decides before any response message.
+fn trailers_only(status: &'static str, message: &str) -> Response<ProxyBody> {
+    let mut response = Response::new(
+        http_body_util::Empty::new()
+            .map_err(|never: Infallible| match never {})
+            .boxed_unsync(),
+    );
+    let headers = response.headers_mut();
+    headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from_static(status));
+    if let Ok(v) = HeaderValue::from_str(&percent_encode(message)) {
+        headers.insert("grpc-message", v);
+    }
+    response
+}
+
+/// A request's header list size as HTTP/2 counts it against SETTINGS_MAX_HEADER_LIST_SIZE
+/// (RFC 9113, 6.5.2): each field's name and value plus 32 bytes, pseudo-headers included.
+pub(crate) fn header_list_bytes(parts: &http::request::Parts) -> usize {
+    let field = |name: usize, value: usize| name + value + 32;
+    let pseudo = field(":method".len(), parts.method.as_str().len())
+        + field(":scheme".len(), parts.uri.scheme_str().map_or(4, str::len))
+        + field(
+            ":authority".len(),
+            parts.uri.authority().map_or(0, |a| a.as_str().len()),
+        )
+        + field(
+            ":path".len(),
+            parts.uri.path_and_query().map_or(1, |p| p.as_str().len()),
+        );
+    parts
+        .headers
+        .iter()
+        .map(|(name, value)| field(name.as_str().len(), value.len()))
+        .sum::<usize>()
+        + pseudo
 }
 
 /// The model server a proxy forwards to: `http://` or `https://`, and its host and port.
@@ -569,7 +636,7 @@ impl Exchange {
 }
 
 /// The `id` field of the request a tap captured whole (see `Exchange::peek_request_id`).
-fn captured_request_id(
+pub(crate) fn captured_request_id(
     captured: &Captured,
     encoding: Option<&str>,
     limit: usize,
@@ -658,7 +725,7 @@ fn contiguous_message(chunks: &[Bytes]) -> Option<&[u8]> {
 /// model_name, model_version and id come before the tensors, and the first field past `id`
 /// means there is none. `None` when the bytes end before that, or the message is compressed or
 /// unusual: the caller then generates an id, as for a request with none.
-fn head_id(head: &[u8]) -> Option<String> {
+pub(crate) fn head_id(head: &[u8]) -> Option<String> {
     let ([0, ..], mut buf) = head.split_first_chunk::<5>()? else {
         return None;
     };
@@ -1057,8 +1124,12 @@ pub async fn serve(
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .adaptive_window(true)
-        .max_frame_size(1 << 20);
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .max_frame_size(1 << 20)
+        .max_header_list_size(HEADER_LIST_BYTES)
+        // The client gets the model server's headers, not the proxy's clock.
+        .auto_date_header(false);
     let connections = GrpcConnections { proxy, builder };
     accept_loop(listener, tls, connections, shutdown, drain).await;
 }

@@ -19,22 +19,22 @@ use bytes::{Buf, Bytes, BytesMut};
 use featurelog_kafka::KafkaConfig;
 use featurelog_schemas::inference::ModelInferResponse;
 use prost::Message;
-use rdkafka::ClientContext;
-use rdkafka::Message as _;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{
-    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig,
-};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, PurgeConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::SidecarError;
+use crate::adaptive::{AdaptiveController, Interval};
 use crate::allowlist::{AllowList, AllowListHandle};
-use crate::config::{AdaptiveConfig, PublishConfig};
+use crate::config::PublishConfig;
 use crate::dead_letter::{Budget, Rejected};
+use crate::delivery::{
+    DeliveryContext, Failure, Outage, Produced, Sent, Throttle, Window, classify,
+};
 use crate::direct::PlanCache;
 use crate::extract::{CallContext, extract};
 use crate::metrics::Metrics;
+use crate::record_limit::RecordLimit;
 use featurelog_schemas::sampling;
 
 /// librdkafka settings the sidecar starts from; `[kafka.properties]` overrides any of them.
@@ -105,119 +105,6 @@ struct Queued {
     bytes: u64,
 }
 
-/// Delivery outcomes since the controller last looked.
-#[derive(Debug, Default)]
-struct Window {
-    delivered: AtomicU64,
-    failed: AtomicU64,
-}
-
-/// Counts deliveries for metrics and for the adaptive controller.
-struct DeliveryContext {
-    metrics: Arc<Metrics>,
-    window: Arc<Window>,
-    /// Whether a dead letter's failure has been logged: the first says what to do, the rest
-    /// are counted (a missing topic would fail every one).
-    dead_letter_failed: AtomicBool,
-}
-
-/// What a produced record was, for its delivery report.
-enum Sent {
-    /// A FeatureLog record, produced at that instant.
-    Record(Instant),
-    /// A dead letter.
-    DeadLetter,
-}
-
-impl ClientContext for DeliveryContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(%error, "Kafka producer: {reason}");
-    }
-
-    fn stats(&self, statistics: rdkafka::Statistics) {
-        // What actually went over the wire, after batching and compression.
-        self.metrics.kafka_tx_bytes.set(statistics.tx_bytes);
-        self.metrics.kafka_txmsg_bytes.set(statistics.txmsg_bytes);
-    }
-}
-
-impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = Box<Sent>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, sent: Box<Sent>) {
-        let produced_at = match *sent {
-            Sent::Record(at) => at,
-            Sent::DeadLetter => {
-                let Err((err, message)) = result else {
-                    return self.metrics.dead_letter("delivered");
-                };
-                self.metrics.dead_letter("failed");
-                if !self.dead_letter_failed.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        topic = message.topic(),
-                        %err,
-                        "a dead letter was not delivered (later failures are only counted, in featurelog_sidecar_dead_letters_total{{outcome=\"failed\"}}): create the topic, or set publish.dead-letter-topic = \"\" to send none"
-                    );
-                }
-                return;
-            }
-        };
-        match result {
-            Ok(_) => {
-                self.metrics.records_delivered.inc();
-                self.metrics
-                    .delivery_latency
-                    .observe(produced_at.elapsed().as_secs_f64());
-                self.window.delivered.fetch_add(1, Ordering::Relaxed);
-            }
-            Err((err, _)) => {
-                tracing::debug!(%err, "record not delivered");
-                self.metrics.delivery_errors.inc();
-                self.metrics.drop_call("delivery_failed");
-                self.window.failed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// The AIMD rule of the adaptive controller, apart from time so it can be tested directly.
-#[derive(Debug, Clone)]
-pub struct AdaptiveController {
-    config: AdaptiveConfig,
-    fraction: f64,
-}
-
-impl AdaptiveController {
-    /// Starts at fraction 1.
-    pub fn new(config: AdaptiveConfig) -> Self {
-        Self {
-            config,
-            fraction: 1.0,
-        }
-    }
-
-    /// The fraction now.
-    pub fn fraction(&self) -> f64 {
-        self.fraction
-    }
-
-    /// Takes one interval's outcomes and returns the new fraction: multiplied down when
-    /// failures are at least as many as deliveries, raised a step when deliveries succeed with
-    /// no failure, left alone otherwise (idle, or a mix that is mostly fine).
-    pub fn observe(&mut self, delivered: u64, failed: u64) -> f64 {
-        if !self.config.enabled {
-            return 1.0;
-        }
-        if failed > 0 && failed >= delivered {
-            self.fraction =
-                (self.fraction * self.config.decrease_factor).max(self.config.min_fraction);
-        } else if delivered > 0 && failed == 0 {
-            self.fraction = (self.fraction + self.config.increase_step).min(1.0);
-        }
-        self.fraction
-    }
-}
-
 struct Shared {
     metrics: Arc<Metrics>,
     allow_list: AllowListHandle,
@@ -226,6 +113,10 @@ struct Shared {
     instance: String,
     max_message_bytes: usize,
     window: Arc<Window>,
+    /// A run of broker failures, logged as one (shared with the producer's context).
+    outage: Arc<Outage>,
+    /// The largest record the topic takes.
+    record_limit: Arc<RecordLimit>,
     /// The adaptive fraction, as f64 bits.
     fraction: AtomicU64,
     closing: AtomicBool,
@@ -252,6 +143,12 @@ impl Shared {
     fn reject(&self, rejected: Rejected) {
         self.metrics.drop_call(rejected.reason);
         tracing::debug!(reason = rejected.reason, model = %rejected.model, request_id = %rejected.request_id, "not logged: {}", rejected.detail);
+        self.dead_letter(&rejected);
+    }
+
+    /// Describes a call that was not logged (and counted already) on the dead-letter topic,
+    /// within the budget.
+    fn dead_letter(&self, rejected: &Rejected) {
         let Some(topic) = &self.dead_letter_topic else {
             return;
         };
@@ -322,17 +219,45 @@ impl Publisher {
         shutdown: CancellationToken,
     ) -> Result<Self, SidecarError> {
         let window = Arc::new(Window::default());
-        let producer: BaseProducer<DeliveryContext> = kafka
-            .client_config(PRODUCER_DEFAULTS)
+        let outage = Arc::new(Outage::default());
+        let mut client = kafka.client_config(PRODUCER_DEFAULTS);
+        // librdkafka refuses records over its message.max.bytes (1,000,000 unless set) before
+        // any broker sees them; the topic's limit, learned below, is the one that matters.
+        let producer_max = match client.get("message.max.bytes") {
+            Some(set) => set.parse::<usize>().unwrap_or(usize::MAX),
+            None => {
+                let max = config
+                    .max_message_bytes
+                    .saturating_add(crate::record_limit::BATCH_OVERHEAD)
+                    .min(1_000_000_000);
+                client.set("message.max.bytes", max.to_string());
+                max
+            }
+        };
+        let record_limit = Arc::new(RecordLimit::new(config.max_message_bytes.min(producer_max)));
+        let producer: BaseProducer<DeliveryContext> = client
             .create_with_context(DeliveryContext {
                 metrics: metrics.clone(),
                 window: window.clone(),
+                outage: outage.clone(),
+                refused: Arc::default(),
                 dead_letter_failed: AtomicBool::new(false),
+                refused_log: Throttle::default(),
             })
             .map_err(|source| SidecarError::Producer {
                 topic: config.topic.clone(),
                 source,
             })?;
+        metrics
+            .record_limit_bytes
+            .set(record_limit.effective() as i64);
+        tokio::spawn(crate::record_limit::watch(
+            kafka.clone(),
+            config.topic.clone(),
+            record_limit.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
         let shared = Arc::new(Shared {
             metrics,
             allow_list,
@@ -341,6 +266,8 @@ impl Publisher {
             instance,
             max_message_bytes: config.max_message_bytes,
             window,
+            outage,
+            record_limit,
             fraction: AtomicU64::new(1.0f64.to_bits()),
             closing: AtomicBool::new(false),
             calls_in_flight: AtomicU64::new(0),
@@ -547,29 +474,9 @@ async fn watch_dead_letters(shared: Arc<Shared>, shutdown: CancellationToken) {
     };
     let mut warned = false;
     loop {
-        let (asking, name) = (shared.clone(), topic.clone());
-        // A thread of its own rather than the runtime's blocking pool: a shutdown must not
-        // wait for a metadata request to a broker that does not answer.
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let spawned = std::thread::Builder::new()
-            .name("featurelog-dead-letter-topic".into())
-            .spawn(move || {
-                let metadata = asking
-                    .producer
-                    .client()
-                    .fetch_metadata(Some(&name), Duration::from_secs(10));
-                let exists = metadata.ok().and_then(|m| {
-                    let found = m.topics().iter().find(|t| t.name() == name)?;
-                    Some(found.error().is_none() && !found.partitions().is_empty())
-                });
-                let _ = tx.send(exists);
-            });
-        if spawned.is_err() {
+        let Some(answer) = ask_topic(&shared, &topic, Duration::from_secs(10), &shutdown).await
+        else {
             return;
-        }
-        let answer = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            answer = rx => answer.ok().flatten(),
         };
         match answer {
             Some(true) => {
@@ -604,6 +511,38 @@ async fn watch_dead_letters(shared: Arc<Shared>, shutdown: CancellationToken) {
     }
 }
 
+/// Asks the brokers for `topic`'s metadata, on a thread of its own rather than the runtime's
+/// blocking pool: a shutdown must not wait for a metadata request to a broker that does not
+/// answer. `None` on shutdown (or when no thread can be had); else `Some` of the answer:
+/// whether the topic exists with partitions, `None` when the brokers did not answer.
+async fn ask_topic(
+    shared: &Arc<Shared>,
+    topic: &str,
+    timeout: Duration,
+    shutdown: &CancellationToken,
+) -> Option<Option<bool>> {
+    let (asking, name) = (shared.clone(), topic.to_owned());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("featurelog-metadata".into())
+        .spawn(move || {
+            let metadata = asking
+                .producer
+                .client()
+                .fetch_metadata(Some(&name), timeout);
+            let exists = metadata.ok().and_then(|m| {
+                let found = m.topics().iter().find(|t| t.name() == name)?;
+                Some(found.error().is_none() && !found.partitions().is_empty())
+            });
+            let _ = tx.send(exists);
+        })
+        .ok()?;
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        answer = rx => Some(answer.ok().flatten()),
+    }
+}
+
 async fn control(
     shared: Arc<Shared>,
     mut controller: AdaptiveController,
@@ -619,8 +558,24 @@ async fn control(
         }
         let delivered = shared.window.delivered.swap(0, Ordering::Relaxed);
         let failed = shared.window.failed.swap(0, Ordering::Relaxed);
+        // Idle and shedding: nothing is delivered to say the brokers are back, so ask them.
+        let mut brokers_answer = false;
+        if controller.wants_probe(delivered, failed) {
+            let timeout = interval.clamp(Duration::from_millis(100), Duration::from_secs(5));
+            match ask_topic(&shared, &shared.topic, timeout, &shutdown).await {
+                None => return,
+                Some(answer) => brokers_answer = answer.is_some(),
+            }
+            if brokers_answer {
+                shared.outage.healthy();
+            }
+        }
         let before = controller.fraction();
-        let after = controller.observe(delivered, failed);
+        let after = controller.observe(Interval {
+            delivered,
+            failed,
+            brokers_answer,
+        });
         shared.fraction.store(after.to_bits(), Ordering::Relaxed);
         shared.metrics.logged_fraction.set(after);
         shared
@@ -704,6 +659,7 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
         for _ in 0..4 {
             shared.producer.poll(Duration::ZERO);
         }
+        dead_letter_refused(shared);
         if !worked {
             if disconnected || shared.closing.load(Ordering::SeqCst) {
                 return;
@@ -713,14 +669,31 @@ fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
     }
 }
 
+/// Dead-letters the records the producer refused (counted when they were refused): a delivery
+/// report cannot produce, so they wait for a publisher thread.
+fn dead_letter_refused(shared: &Shared) {
+    let refused = match shared.producer.context().refused.lock() {
+        Ok(mut refused) if !refused.is_empty() => std::mem::take(&mut *refused),
+        _ => return,
+    };
+    for rejected in &refused {
+        shared.dead_letter(rejected);
+    }
+}
+
 /// The model name and version of an uncompressed request whose message starts with them, as
 /// encoders write fields in order, read from its first chunk (nearly always the whole body);
-/// `None` when it does not, and the publisher thread's full decode decides. A message that
-/// names another model again further on (no encoder does) is judged by its first name here.
+/// `None` when it does not, or when the chunk ends before the message does and right after
+/// those fields (the next chunk may name the version), and the publisher thread's full decode
+/// decides. A message that names another model again further on (no encoder does) is judged
+/// by its first name here.
 pub(crate) fn request_model(chunks: &[Bytes]) -> Option<(&str, &str)> {
-    let (0, _, mut rest) = crate::proxy::frame_head(chunks)? else {
+    let (0, len, rest) = crate::proxy::frame_head(chunks)? else {
         return None;
     };
+    // Only the message's own bytes.
+    let whole = rest.len() >= len;
+    let mut rest = rest.get(..len).unwrap_or(rest);
     let (mut name, mut version) = (None, "");
     // model_name (field 1) and model_version (field 2), both length-delimited.
     while let Some(&key @ (0x0a | 0x12)) = rest.first() {
@@ -733,6 +706,9 @@ pub(crate) fn request_model(chunks: &[Bytes]) -> Option<(&str, &str)> {
         } else {
             version = text;
         }
+    }
+    if rest.is_empty() && !whole {
+        return None;
     }
     Some((name?, version))
 }
@@ -767,7 +743,9 @@ impl Unframe {
         let (reason, detail) = match self {
             Unframe::Malformed if rest => (
                 "malformed_json",
-                format!("the body does not inflate as its Content-Encoding {encoding:?} says"),
+                format!(
+                    "the body does not inflate as its Content-Encoding {encoding:?} says (or has bytes after the compressed stream)"
+                ),
             ),
             Unframe::Malformed => (
                 "malformed_grpc_frame",
@@ -854,21 +832,27 @@ pub(crate) fn inflate_http(
 ) -> Result<Bytes, Unframe> {
     let body = concat(chunks, scratch);
     let mut out = Vec::new();
+    // Whether the compressed stream is all of the body.
     let read = match encoding.map(str::trim) {
         None | Some("" | "identity") => return Ok(body),
-        Some(e) if e.eq_ignore_ascii_case("gzip") => flate2::bufread::GzDecoder::new(&body[..])
-            .take(limit as u64 + 1)
-            .read_to_end(&mut out),
+        Some(e) if e.eq_ignore_ascii_case("gzip") => {
+            let mut decoder = flate2::bufread::GzDecoder::new(&body[..]).take(limit as u64 + 1);
+            (decoder.read_to_end(&mut out)).map(|_| decoder.into_inner().into_inner().is_empty())
+        }
         Some(e) if e.eq_ignore_ascii_case("deflate") => {
-            flate2::bufread::ZlibDecoder::new(&body[..])
-                .take(limit as u64 + 1)
-                .read_to_end(&mut out)
+            let mut decoder = flate2::bufread::ZlibDecoder::new(&body[..]).take(limit as u64 + 1);
+            (decoder.read_to_end(&mut out)).map(|_| decoder.into_inner().into_inner().is_empty())
         }
         Some(_) => return Err(Unframe::Compression),
     };
-    read.map_err(|_| Unframe::Malformed)?;
+    let whole = read.map_err(|_| Unframe::Malformed)?;
     if out.len() > limit {
         return Err(Unframe::TooLarge);
+    }
+    // Bytes after the first gzip member or the zlib stream: as for a gRPC message (`unframe`),
+    // servers differ on them (more members, or an error), so what the model read is unknown.
+    if !whole {
+        return Err(Unframe::Malformed);
     }
     Ok(Bytes::from(out))
 }
@@ -960,11 +944,18 @@ fn publish_rest(
         allow_list_version: &list.version,
         headers: &call.headers,
     };
+    let of = RecordOf {
+        model: &rule.name,
+        request_id: &request_id,
+        binding: "rest",
+        request_size,
+        served_at: call.served_at,
+    };
     // The gRPC path's fast encoder, on the request as gRPC would have carried it (only the
     // rule's tensors, a few kB): the generic extraction below decodes every value into vectors
     // first, which cost the publisher more than reading the JSON.
     if let Ok(scanned) = crate::lazy::scan(Bytes::from(request.encode_to_vec())) {
-        if produce_planned(shared, local, list, rule, scanned, ctx, request_size).is_none() {
+        if produce_planned(shared, local, list, rule, scanned, ctx, of).is_none() {
             return;
         }
     }
@@ -992,14 +983,10 @@ fn publish_rest(
         None
     };
     match extract(rule, &request, response.as_ref(), ctx) {
-        Ok(record) => produce(
-            shared,
-            &rule.name,
-            &request_id,
-            &record.encode_to_vec(),
-            record.row_count,
-            request_size,
-        ),
+        Ok(record) => {
+            count_missing(shared, rule, &record);
+            produce(shared, of, &record.encode_to_vec(), record.row_count);
+        }
         Err(err) => {
             let rejected = Rejected::new(err.reason(), "rest", err.to_string());
             shared.reject(about(rejected, &request_id));
@@ -1023,7 +1010,7 @@ fn produce_planned(
     rule: &crate::allowlist::ModelRule,
     scanned: crate::lazy::Scanned,
     ctx: CallContext<'_>,
-    request_size: usize,
+    of: RecordOf<'_>,
 ) -> Option<crate::lazy::Scanned> {
     let Some(plan) = local.plans.plan(list, rule, &scanned) else {
         return Some(scanned);
@@ -1033,14 +1020,10 @@ fn produce_planned(
         return Some(scanned);
     };
     drop(scanned);
-    produce(
-        shared,
-        &rule.name,
-        ctx.request_id,
-        record,
-        rows,
-        request_size,
-    );
+    for feature in plan.missing(rule) {
+        shared.metrics.missing_feature(&rule.name, feature);
+    }
+    produce(shared, of, record, rows);
     // A rare huge record should not pin its memory for the thread's lifetime.
     if record.capacity() > RECORD_BUFFER_KEPT {
         *record = Vec::new();
@@ -1114,8 +1097,14 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         allow_list_version: &list.version,
         headers: &call.headers,
     };
-    let Some(scanned) = produce_planned(shared, local, &list, rule, scanned, ctx, request_size)
-    else {
+    let of = RecordOf {
+        model: &rule.name,
+        request_id: &request_id,
+        binding: "grpc",
+        request_size,
+        served_at: call.served_at,
+    };
+    let Some(scanned) = produce_planned(shared, local, &list, rule, scanned, ctx, of) else {
         return;
     };
     let version = scanned.model_version.clone();
@@ -1168,51 +1157,118 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
             return shared.reject(about(rejected, &request_id));
         }
     };
-    produce(
-        shared,
-        &rule.name,
-        &request_id,
-        &record.encode_to_vec(),
-        record.row_count,
-        request_size,
-    );
+    count_missing(shared, rule, &record);
+    produce(shared, of, &record.encode_to_vec(), record.row_count);
+}
+
+/// Counts each input and output the rule lists that the call's record lacks: a client that
+/// stops sending a feature shows in the metrics before the training data goes bad.
+fn count_missing(
+    shared: &Shared,
+    rule: &crate::allowlist::ModelRule,
+    record: &featurelog_schemas::featurelog::v1::FeatureLog,
+) {
+    let lacks = |wanted: &[String], got: &[featurelog_schemas::featurelog::v1::Feature]| {
+        for name in wanted {
+            if !got.iter().any(|f| &f.name == name) {
+                shared.metrics.missing_feature(&rule.name, name);
+            }
+        }
+    };
+    lacks(&rule.features, &record.features);
+    lacks(&rule.outputs, &record.outputs);
 }
 
 /// The detail of a request that is not a `ModelInferRequest`.
 const MALFORMED_REQUEST: &str = "the request is not a valid ModelInferRequest (protobuf)";
 
-/// Hands one encoded record of `model` to librdkafka (which copies it), counting the outcome.
-fn produce(
-    shared: &Shared,
-    model: &str,
-    request_id: &str,
-    payload: &[u8],
-    rows: u32,
+/// What the counters, a dead letter and a delivery report say of a record besides its bytes.
+#[derive(Clone, Copy)]
+struct RecordOf<'a> {
+    /// The allow-list entry's model name.
+    model: &'a str,
+    request_id: &'a str,
+    binding: &'static str,
+    /// The size of the request it was taken from.
     request_size: usize,
-) {
+    served_at: SystemTime,
+}
+
+/// Hands one encoded record to librdkafka (which copies it), counting the outcome. A record the
+/// topic cannot take, or one librdkafka refuses for what it is, is dead-lettered; only a full
+/// queue or a broker failure tells the adaptive controller that Kafka is struggling.
+fn produce(shared: &Shared, of: RecordOf<'_>, payload: &[u8], rows: u32) {
     let metrics = &shared.metrics;
-    let rows = u64::from(rows);
+    let refuse = |reason: &'static str, detail: String| {
+        Rejected::new(reason, of.binding, detail)
+            .model(of.model, "")
+            .call(of.request_id, of.request_size, of.served_at)
+            .record_bytes(payload.len())
+    };
+    if let Some(limit) = shared
+        .record_limit
+        .exceeded(of.request_id.len(), payload.len())
+    {
+        let detail = format!(
+            "the record is {} bytes, over the {limit} bytes topic {:?} takes (the smaller of its max.message.bytes and publish.max-message-bytes); log fewer features or fewer candidates for this model, or raise both",
+            crate::record_limit::batch_bytes(of.request_id.len(), payload.len()),
+            shared.topic,
+        );
+        let rejected = refuse("too_large", detail).limit_bytes(limit);
+        return shared.producer.context().refused(rejected);
+    }
+    let sent = Sent::Record(Produced {
+        at: Instant::now(),
+        model: of.model.to_owned(),
+        binding: of.binding,
+        request_bytes: of.request_size,
+        served_at: of.served_at,
+    });
     let produced = shared.producer.send(
-        BaseRecord::with_opaque_to(&shared.topic, Box::new(Sent::Record(Instant::now())))
-            .key(request_id.as_bytes())
+        BaseRecord::with_opaque_to(&shared.topic, Box::new(sent))
+            .key(of.request_id.as_bytes())
             .payload(payload),
     );
-    match produced {
+    let err = match produced {
         Ok(()) => {
-            let counters = metrics.model(model);
+            let counters = metrics.model(of.model);
             counters.records.inc();
-            counters.rows.inc_by(rows);
-            counters.request_bytes.inc_by(request_size as u64);
+            counters.rows.inc_by(u64::from(rows));
+            counters.request_bytes.inc_by(of.request_size as u64);
             counters.record_bytes.inc_by(payload.len() as u64);
+            return;
         }
-        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-            metrics.drop_call("producer_queue_full");
-            shared.window.failed.fetch_add(1, Ordering::Relaxed);
+        Err((err, _)) => err,
+    };
+    match classify(&err) {
+        Failure::Record(reason) => {
+            let detail = format!(
+                "the producer refused the record on topic {:?}: {err}",
+                shared.topic
+            );
+            shared.producer.context().refused(refuse(reason, detail));
         }
-        Err((err, _)) => {
-            tracing::warn!(topic = %shared.topic, %err, "record not produced");
-            metrics.drop_call("produce_error");
+        Failure::Broker => {
+            let reason = match err {
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull,
+                ) => "producer_queue_full",
+                _ => "produce_error",
+            };
+            metrics.drop_call(reason);
             shared.window.failed.fetch_add(1, Ordering::Relaxed);
+            if reason == "produce_error" {
+                shared.outage.failure(
+                    &format!(
+                        "a record of model {:?} (request {:?}, {} bytes) was not produced to {:?}: {err}",
+                        of.model,
+                        of.request_id,
+                        payload.len(),
+                        shared.topic
+                    ),
+                    true,
+                );
+            }
         }
     }
 }
@@ -1220,6 +1276,7 @@ fn produce(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use rdkafka::Message as _;
 
     /// A publisher with a ranker rule and no broker behind it: nothing is produced, the
     /// queue and the shutdown are what is tested.
@@ -1240,10 +1297,6 @@ pub(crate) mod tests {
         )
         .unwrap();
         (publisher, metrics, dir)
-    }
-
-    fn controller() -> AdaptiveController {
-        AdaptiveController::new(AdaptiveConfig::default())
     }
 
     #[test]
@@ -1287,48 +1340,6 @@ pub(crate) mod tests {
             read(&body, Some("gzip"), 1 << 20),
             Err(Unframe::Malformed)
         ));
-    }
-
-    #[test]
-    fn failures_halve_the_fraction_down_to_the_floor() {
-        let mut c = controller();
-        assert_eq!(c.observe(0, 10), 0.5);
-        assert_eq!(c.observe(3, 10), 0.25);
-        for _ in 0..20 {
-            c.observe(0, 5);
-        }
-        assert_eq!(c.fraction(), 0.01);
-    }
-
-    #[test]
-    fn clean_deliveries_raise_it_back_to_one() {
-        let mut c = controller();
-        for _ in 0..20 {
-            c.observe(0, 5);
-        }
-        let mut intervals = 0;
-        while c.fraction() < 1.0 {
-            c.observe(100, 0);
-            intervals += 1;
-        }
-        assert_eq!(intervals, 10);
-    }
-
-    #[test]
-    fn idle_or_mostly_healthy_intervals_change_nothing() {
-        let mut c = controller();
-        c.observe(0, 4);
-        assert_eq!(c.observe(0, 0), 0.5);
-        assert_eq!(c.observe(100, 1), 0.5);
-    }
-
-    #[test]
-    fn disabled_stays_at_one() {
-        let mut c = AdaptiveController::new(AdaptiveConfig {
-            enabled: false,
-            ..AdaptiveConfig::default()
-        });
-        assert_eq!(c.observe(0, 100), 1.0);
     }
 
     fn frame(message: &[u8]) -> Vec<Bytes> {

@@ -350,11 +350,19 @@ pub async fn serve(
     drain: Duration,
 ) {
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).keep_alive(true);
+    // The client gets the model server's headers, not the proxy's clock.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .auto_date_header(false);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .adaptive_window(true);
+        .initial_connection_window_size(crate::proxy::CONNECTION_WINDOW)
+        .initial_stream_window_size(crate::proxy::STREAM_WINDOW)
+        .max_header_list_size(crate::proxy::HEADER_LIST_BYTES)
+        .auto_date_header(false);
     let connections = RestConnections { proxy, builder };
     crate::proxy::accept_loop(listener, tls, connections, shutdown, drain).await;
 }
