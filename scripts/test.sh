@@ -4,9 +4,10 @@
 #   2. checks formatting (cargo fmt) and lints (cargo clippy -D warnings),
 #   3. starts a real single-node Kafka broker with scripts/kafka.sh and a real S3-compatible
 #      server (MinIO, built once with go install) with scripts/s3.sh, and builds Prometheus's
-#      promtool once (scripts/promtool.sh) for the alerting rules' unit tests,
+#      promtool once (scripts/promtool.sh) for the alerting rules' unit tests and h2spec once
+#      (scripts/h2spec.sh) for the sidecar's HTTP/2 conformance,
 #   4. runs every test of the workspace against them (FEATURELOG_KAFKA, FEATURELOG_S3,
-#      FEATURELOG_PROMTOOL),
+#      FEATURELOG_PROMTOOL, FEATURELOG_H2SPEC),
 #   5. stops both, even when the tests fail, and exits with the tests' status.
 # A broker or server that was already running before this script is reused and left running.
 #
@@ -70,6 +71,10 @@ s3_fetch=$!
 promtool_log=$(mktemp)
 scripts/promtool.sh --path >"$promtool_log" 2>&1 &
 promtool_fetch=$!
+# h2spec (tests/sidecar_h2spec.rs), likewise.
+h2spec_log=$(mktemp)
+scripts/h2spec.sh --path >"$h2spec_log" 2>&1 &
+h2spec_fetch=$!
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -119,8 +124,14 @@ if ! wait "$promtool_fetch"; then
 fi
 FEATURELOG_PROMTOOL=$(tail -n 1 "$promtool_log")
 export FEATURELOG_PROMTOOL
+if ! wait "$h2spec_fetch"; then
+  cat "$h2spec_log" >&2
+  exit 1
+fi
+FEATURELOG_H2SPEC=$(tail -n 1 "$h2spec_log")
+export FEATURELOG_H2SPEC
 
-step "cargo test (FEATURELOG_KAFKA=$FEATURELOG_KAFKA FEATURELOG_S3=$FEATURELOG_S3 FEATURELOG_PROMTOOL=$FEATURELOG_PROMTOOL)"
+step "cargo test (FEATURELOG_KAFKA=$FEATURELOG_KAFKA FEATURELOG_S3=$FEATURELOG_S3 FEATURELOG_PROMTOOL=$FEATURELOG_PROMTOOL FEATURELOG_H2SPEC=$FEATURELOG_H2SPEC)"
 status=0
 cargo test --workspace --locked || status=$?
 exit "$status"
