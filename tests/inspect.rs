@@ -90,7 +90,8 @@ async fn inspect_shows_what_the_sidecar_logged_and_why_it_dead_lettered_a_call()
     let TensorValues::Int64(ids) = sent_values(&raw, "item_id") else {
         panic!("INT64 ids")
     };
-    assert_eq!(log["candidate_ids"], serde_json::json!(ids));
+    assert_eq!(log["candidate_int_ids"], serde_json::json!(ids));
+    assert_eq!(log["candidate_ids"], serde_json::json!([]));
     let columns = log["features"].as_array().unwrap();
     let names: Vec<&str> = columns
         .iter()

@@ -141,11 +141,6 @@ fn timestamp(t: Option<&prost_types::Timestamp>) -> Value {
 
 /// A FeatureLog: its fields, and each column with its values row by row.
 pub fn feature_log(log: &FeatureLog) -> Value {
-    let candidates = if log.candidate_int_ids.is_empty() {
-        json!(log.candidate_ids)
-    } else {
-        json!(log.candidate_int_ids)
-    };
     json!({
         "kind": "feature_log",
         "request_id": log.request_id,
@@ -155,7 +150,10 @@ pub fn feature_log(log: &FeatureLog) -> Value {
         "sidecar_instance": log.sidecar_instance,
         "allow_list_version": log.allow_list_version,
         "row_count": log.row_count,
-        "candidate_ids": candidates,
+        // Each under the record's own field name: a reader of the dataset, or a consumer of
+        // the topic, finds integer ids in `candidate_int_ids`, never in `candidate_ids`.
+        "candidate_ids": log.candidate_ids,
+        "candidate_int_ids": log.candidate_int_ids,
         "parameters": log.parameters,
         "features": log.features.iter().map(column).collect::<Vec<_>>(),
         "outputs": log.outputs.iter().map(column).collect::<Vec<_>>(),
@@ -364,7 +362,8 @@ mod tests {
         };
         let shown = feature_log(&log);
         assert_eq!(shown["served_at"], "2025-12-01T12:00:00.123456Z");
-        assert_eq!(shown["candidate_ids"], json!([7001, -7]));
+        assert_eq!(shown["candidate_int_ids"], json!([7001, -7]));
+        assert_eq!(shown["candidate_ids"], json!([]));
         let columns = shown["features"].as_array().unwrap();
         assert_eq!(columns[0]["datatype"], "FP32");
         assert_eq!(
