@@ -348,6 +348,8 @@ pub async fn serve(
                 }
             },
         };
+        // A scrape's answer goes out at once rather than waiting for a delayed ACK.
+        let _ = stream.set_nodelay(true);
         let (metrics, draining) = (metrics.clone(), draining.clone());
         let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
             let response = route(request.uri().path(), &metrics, &draining);
