@@ -524,6 +524,10 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
 /// into a map keeps). Every other field is skipped without being built, and names are
 /// compared where they lie in the payload: parsing whole events into `serde_json::Value`
 /// maps allocated every key, and that was most of the cost of reading an event.
+///
+/// A dotted name is taken from the longest top-level key that reaches it (see [`reach`]): the
+/// key that is the name itself, else the longest dotted prefix of it, whatever their order in
+/// the event, and from that key's last occurrence even when it lacks the path.
 #[derive(Default)]
 struct Picked {
     request_id: Option<serde_json::Value>,
@@ -569,6 +573,17 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
             labels: vec![None; f.labels.len()],
             ..Picked::default()
         };
+        // Per slot, the length of the key it was taken from: a shorter key that also reaches
+        // the name (`a` for `a.b`, after the key `a.b`) does not replace it.
+        let mut taken_from = [None::<usize>; 5];
+        let mut labels_taken_from = vec![None::<usize>; f.labels.len()];
+        let nearest = |taken_from: &mut Option<usize>, k: &str| {
+            let nearer = taken_from.is_none_or(|len| k.len() >= len);
+            if nearer {
+                *taken_from = Some(k.len());
+            }
+            nearer
+        };
         while let Some(key) = map.next_key::<Key<'de>>()? {
             let k = key.0.as_ref();
             let slots = [
@@ -585,20 +600,22 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
             }
             // A name configured twice (say, one field as two labels) fills every slot.
             let value: serde_json::Value = map.next_value()?;
-            for (path, slot) in slots.into_iter().zip([
+            let slots = slots.into_iter().zip(&mut taken_from).zip([
                 &mut picked.request_id,
                 &mut picked.item_id,
                 &mut picked.event_time,
                 &mut picked.event_type,
                 &mut picked.event_id,
-            ]) {
-                if let Some(found) = path.and_then(|p| at(&value, p)) {
-                    *slot = Some(found.clone());
+            ]);
+            for ((path, taken_from), slot) in slots {
+                if let Some(path) = path.filter(|_| nearest(taken_from, k)) {
+                    *slot = at(&value, path).cloned();
                 }
             }
-            for (name, slot) in f.labels.iter().zip(&mut picked.labels) {
-                if let Some(found) = reach(name, k).and_then(|p| at(&value, p)) {
-                    *slot = Some(found.clone());
+            let labels = f.labels.iter().zip(&mut labels_taken_from);
+            for ((name, taken_from), slot) in labels.zip(&mut picked.labels) {
+                if let Some(path) = reach(name, k).filter(|_| nearest(taken_from, k)) {
+                    *slot = at(&value, path).cloned();
                 }
             }
         }

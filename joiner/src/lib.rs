@@ -12,6 +12,8 @@ pub mod config;
 pub mod event;
 pub mod log;
 pub mod metrics;
+#[cfg(test)]
+mod proptests;
 pub mod rows;
 pub mod run;
 pub mod sink;

@@ -360,6 +360,7 @@ enum WireError {
     TruncatedVarint,
     LongVarint,
     FieldZero,
+    LongKey,
     LengthOverflows,
     WireType { number: u64, wire: u8 },
     Truncated { number: u64 },
@@ -369,8 +370,10 @@ impl From<WireError> for MalformedLog {
     fn from(e: WireError) -> Self {
         MalformedLog(match e {
             WireError::TruncatedVarint => "truncated varint".into(),
-            WireError::LongVarint => "varint longer than 10 bytes".into(),
+            WireError::LongVarint => "varint longer than 64 bits".into(),
             WireError::FieldZero => "field number 0".into(),
+            // A field number past 2^29 - 1, which prost refuses.
+            WireError::LongKey => "key past 32 bits".into(),
             WireError::LengthOverflows => "length overflows".into(),
             WireError::WireType { number, wire } => format!("field {number}: wire type {wire}"),
             WireError::Truncated { number } => format!("field {number}: truncated"),
@@ -393,6 +396,10 @@ fn varint(buf: &[u8], at: &mut usize) -> Result<u64, WireError> {
     for shift in (0..64).step_by(7) {
         let b = *buf.get(*at).ok_or(WireError::TruncatedVarint)?;
         *at += 1;
+        // The tenth byte holds the 64th bit only: prost refuses any other, as must this.
+        if shift == 63 && b > 1 {
+            return Err(WireError::LongVarint);
+        }
         value |= u64::from(b & 0x7f) << shift;
         if b & 0x80 == 0 {
             return Ok(value);
@@ -450,6 +457,9 @@ impl Fields<'_> {
         let number = key >> 3;
         if number == 0 {
             return Err(WireError::FieldZero);
+        }
+        if key > u64::from(u32::MAX) {
+            return Err(WireError::LongKey);
         }
         let mut payload_start = self.at;
         let mut value = 0;

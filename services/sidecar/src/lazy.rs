@@ -136,6 +136,10 @@ pub fn scan(buf: Bytes) -> Result<Scanned, LazyError> {
                     let field = length_delimited(&mut rest)?;
                     s.raw.push(range(field, rest));
                 }
+                // Name, version or id of another wire type: prost refuses the message, and so
+                // does the proxy's reading of the id it gives back (a record logged anyway
+                // would carry another id than the caller was given).
+                (1..=3, _) => return Err(LazyError::Malformed),
                 _ => skip_field(wire_type, tag, &mut rest, DecodeContext::default())
                     .map_err(|_| LazyError::Malformed)?,
             }

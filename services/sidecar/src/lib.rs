@@ -26,6 +26,8 @@ mod error;
 pub mod extract;
 pub mod lazy;
 pub mod metrics;
+#[cfg(test)]
+mod proptests;
 pub mod proxy;
 pub mod publisher;
 pub mod record_limit;

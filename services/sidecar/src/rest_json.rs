@@ -212,7 +212,8 @@ fn string_end(json: &[u8], at: usize) -> Option<usize> {
 }
 
 /// One past the end of the JSON value that starts at `at`: an array or object by its matching
-/// bracket (strings stepped over whole), or a scalar up to the next delimiter.
+/// bracket (strings stepped over whole), or a scalar up to the next delimiter (`None` if that
+/// is no scalar).
 fn value_end(json: &[u8], at: usize) -> Option<usize> {
     match *json.get(at)? {
         b'"' => string_end(json, at),
@@ -239,6 +240,10 @@ fn value_end(json: &[u8], at: usize) -> Option<usize> {
                 .iter()
                 .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())
                 .unwrap_or(json.len() - at);
+            // Only a number, `true`, `false` or `null`: text that is no value (`1x`, `:1`, or
+            // nothing before the next comma) would otherwise be cut out of the body, which
+            // then read as JSON where it is not (and `1x` as the number 1).
+            serde_json::from_slice::<serde::de::IgnoredAny>(&json[at..at + len]).ok()?;
             Some(at + len)
         }
     }
