@@ -2259,3 +2259,40 @@ async fn events_in_partitions_the_apps_add_while_the_joiner_runs_are_joined() {
     );
     assert!(joiner.terminate().success());
 }
+
+/// A joiner whose start-up cannot finish (no broker answers) is alive and not ready from its
+/// first moment: `/healthz` 200 and `/readyz` 503, so that a liveness probe does not kill a
+/// slow recovery and a readiness probe keeps traffic away until it is done. A signal ends the
+/// start-up at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_still_starting_is_alive_and_not_ready() {
+    let dir = temp_dir();
+    let nowhere = KafkaConfig::new("127.0.0.1:1");
+    let config = joiner_config(
+        dir.path(),
+        "starting",
+        &nowhere,
+        "starting-group",
+        "features",
+        "events",
+        "dead-letters",
+        &dir.path().join("out"),
+    );
+    let metrics = serve_metrics_on_a_known_port(&config);
+    let config = featurelog_joiner::config::JoinerConfig::load(&config).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(featurelog_joiner::run::run(config, shutdown.clone()));
+    let alive = featurelog_testkit::eventually(Duration::from_secs(10), || {
+        http_get(metrics, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    assert!(alive, "/healthz did not answer during the start-up");
+    let ready = http_get(metrics, "/readyz").unwrap_or_default();
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(!run.is_finished(), "the start-up ended: {:?}", run.await);
+    shutdown.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("a signal during the start-up ends it at once");
+    assert!(ended.unwrap().is_ok());
+}

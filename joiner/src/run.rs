@@ -192,9 +192,34 @@ fn client(what: &'static str) -> impl FnOnce(RdKafkaError) -> JoinError {
     move |source| JoinError::Client { what, source }
 }
 
-/// Runs the router and the join until `shutdown`; returns the first error of either.
+/// Runs the router and the join until `shutdown`; returns the first error of either. The
+/// metrics endpoint answers from the first moment: `/healthz` 200 and `/readyz` 503 while the
+/// start-up (topic checks, the checkpoint's recovery) runs, so that a probe sees a slow start
+/// as starting, not as dead.
 pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<(), JoinError> {
     let config = Arc::new(config);
+    let metrics = Arc::new(JoinMetrics::new());
+    let listen = config.metrics.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| JoinError::Bind {
+            addr: listen,
+            source,
+        })?;
+    // Cancelled with the shutdown, and when the run ends on an error.
+    let draining = shutdown.child_token();
+    let readiness = featurelog_ops::Readiness::starting(draining.clone());
+    let render = metrics.clone();
+    // The endpoint outlives the first signal, so that the drain and the last commit can be
+    // watched (/readyz answers 503 from the signal on); it stops when this function returns.
+    let endpoint = CancellationToken::new();
+    let _endpoint = endpoint.clone().drop_guard();
+    tokio::spawn(featurelog_ops::serve(
+        listener,
+        Arc::new(move || render.render()),
+        readiness.clone(),
+        endpoint,
+    ));
     // Start-up waits on the brokers (topic checks, up to tens of seconds when they are slow or
     // gone): a shutdown signal meanwhile ends it at once, with nothing to drain.
     let started = tokio::select! {
@@ -204,7 +229,8 @@ pub async fn run(config: JoinerConfig, shutdown: CancellationToken) -> Result<()
         }
         started = start(&config) => started?,
     };
-    serve(config, started, shutdown).await
+    readiness.started();
+    serve(config, started, metrics, draining, shutdown).await
 }
 
 /// What start-up found out.
@@ -352,6 +378,8 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
 async fn serve(
     config: Arc<JoinerConfig>,
     started: Started,
+    metrics: Arc<JoinMetrics>,
+    draining: CancellationToken,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
     let Started {
@@ -361,27 +389,6 @@ async fn serve(
         dataset,
     } = started;
     let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
-    let metrics = Arc::new(JoinMetrics::new());
-    let listen = config.metrics.listen;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|source| JoinError::Bind {
-            addr: listen,
-            source,
-        })?;
-    // Cancelled with the shutdown, and when the run ends on an error.
-    let draining = shutdown.child_token();
-    let render = metrics.clone();
-    // The endpoint outlives the first signal, so that the drain and the last commit can be
-    // watched (/readyz answers 503 from the signal on); it stops when this function returns.
-    let endpoint = CancellationToken::new();
-    let _endpoint = endpoint.clone().drop_guard();
-    tokio::spawn(featurelog_ops::serve(
-        listener,
-        Arc::new(move || render.render()),
-        draining.clone(),
-        endpoint,
-    ));
 
     let stop = shutdown.child_token();
     let router = (!direct).then(|| {

@@ -327,13 +327,49 @@ fn text_leaves(value: figment::value::Value) -> figment::value::Value {
 /// Renders the service's metrics in the text exposition format.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// Serves the endpoint until `shutdown`. `/readyz` answers 503 once `draining` is cancelled:
-/// the service's own shutdown token (or a child of it), so that readiness fails the moment a
-/// drain starts and no flag has to be kept in step with it.
+/// When `/readyz` answers 200: from the end of the service's start-up until its drain starts.
+/// The drain is `draining`, the service's own shutdown token (or a child of it), so that
+/// readiness fails the moment a drain starts and no flag has to be kept in step with it.
+#[derive(Clone, Debug)]
+pub struct Readiness {
+    started: Arc<std::sync::atomic::AtomicBool>,
+    draining: CancellationToken,
+}
+
+impl Readiness {
+    /// Not ready until [`Readiness::started`]: the endpoint can answer (and `/healthz` say the
+    /// process is alive) while a slow start-up runs.
+    pub fn starting(draining: CancellationToken) -> Self {
+        Self {
+            started: Arc::default(),
+            draining,
+        }
+    }
+
+    /// Ready from now until `draining` is cancelled.
+    pub fn ready(draining: CancellationToken) -> Self {
+        let readiness = Self::starting(draining);
+        readiness.started();
+        readiness
+    }
+
+    /// The start-up is over.
+    pub fn started(&self) {
+        self.started
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.started.load(std::sync::atomic::Ordering::Acquire) && !self.draining.is_cancelled()
+    }
+}
+
+/// Serves the endpoint until `shutdown`; `/readyz` follows `readiness`.
 pub async fn serve(
     listener: TcpListener,
     metrics: Render,
-    draining: CancellationToken,
+    readiness: Readiness,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -350,9 +386,9 @@ pub async fn serve(
         };
         // A scrape's answer goes out at once rather than waiting for a delayed ACK.
         let _ = stream.set_nodelay(true);
-        let (metrics, draining) = (metrics.clone(), draining.clone());
+        let (metrics, readiness) = (metrics.clone(), readiness.clone());
         let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-            let response = route(request.uri().path(), &metrics, &draining);
+            let response = route(request.uri().path(), &metrics, &readiness);
             async move { Ok::<_, Infallible>(response) }
         });
         tokio::spawn(async move {
@@ -363,7 +399,7 @@ pub async fn serve(
     }
 }
 
-fn route(path: &str, metrics: &Render, draining: &CancellationToken) -> Response<Full<Bytes>> {
+fn route(path: &str, metrics: &Render, readiness: &Readiness) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/metrics" => (
             StatusCode::OK,
@@ -371,9 +407,7 @@ fn route(path: &str, metrics: &Render, draining: &CancellationToken) -> Response
             metrics(),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-        "/readyz" if !draining.is_cancelled() => {
-            (StatusCode::OK, "text/plain", "ready\n".to_owned())
-        }
+        "/readyz" if readiness.is_ready() => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
         "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",

@@ -197,8 +197,8 @@ pub async fn start(
         Arc::new(move || render_metrics.render()),
         // Readiness fails the moment the shutdown starts, whoever cancels the token and whether
         // or not `wait` is running yet: the listener stops accepting then, and Kubernetes must
-        // stop routing calls here.
-        shutdown.clone(),
+        // stop routing calls here. It answers once the sidecar accepts calls, as now.
+        featurelog_ops::Readiness::ready(shutdown.clone()),
         CancellationToken::new(),
     ));
     let mut rest_addr = None;
