@@ -311,25 +311,41 @@ impl TimeUnit {
         )
     }
 
-    /// The same for a fractional count (`1764439200.25` seconds), to the nearest nanosecond
-    /// of the fraction; `None` when it is not finite or no time at all. Whole units and the
-    /// fraction are split before scaling: scaling first would lose the fraction's precision
-    /// to the magnitude of the whole.
-    fn split_fraction(self, count: f64) -> Option<(i64, i64)> {
-        let whole = count.floor();
-        // Past ±9.2e18 units an i64 cannot hold it (and no unit puts a valid time there).
-        if !whole.is_finite() || whole.abs() >= 9.2e18 {
+    /// The same for a count written as a plain decimal (`1796222028547.283` milliseconds), read
+    /// from its digits exactly: a fraction of a unit is kept to the nanosecond (digits past it
+    /// are dropped). Going through the nearest double would put `...547.283` ms at `...547282`
+    /// us. `None` when the text is no plain decimal.
+    fn split_decimal(self, text: &str) -> Option<(i64, i64)> {
+        let (negative, digits) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+        let all_digits = |t: &str| t.bytes().all(|c| c.is_ascii_digit());
+        if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction)
+        {
             return None;
         }
-        #[allow(clippy::cast_possible_truncation)] // bounded above; the fraction below 1e9
-        let (whole, fraction_ns) = (
-            whole as i64,
-            ((count - whole) * (1e9 / self.per_second() as f64)).round() as i64,
-        );
-        let (seconds, nanos) = self.split(whole);
-        let nanos = nanos + fraction_ns;
-        // Rounding may carry into the next second.
-        Some((seconds + nanos / 1_000_000_000, nanos % 1_000_000_000))
+        let whole: i128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().ok()?
+        };
+        // Nanoseconds of the whole count plus those of its fraction, truncated at the
+        // nanosecond; 19 fraction digits are past any unit's nanosecond.
+        let ns_per_unit = i128::from(1_000_000_000 / self.per_second());
+        let (mut numerator, mut denominator) = (0i128, 1i128);
+        for c in fraction.bytes().take(19) {
+            numerator = numerator * 10 + i128::from(c - b'0');
+            denominator *= 10;
+        }
+        let mut total = whole.checked_mul(ns_per_unit)? + numerator * ns_per_unit / denominator;
+        if negative {
+            total = -total;
+        }
+        let seconds = i64::try_from(total.div_euclid(1_000_000_000)).ok()?;
+        let nanos = i64::try_from(total.rem_euclid(1_000_000_000)).ok()?;
+        Some((seconds, nanos))
     }
 }
 
@@ -457,7 +473,10 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
             Some(count) => Some(unit.split(count)),
             // An integer past i64::MAX units.
             None if n.is_u64() => return Err(out_of_range(format!("{n} ({})", unit.name()))),
-            None => n.as_f64().and_then(|x| unit.split_fraction(x)),
+            // A JSON number with a fraction: serde_json reads it as the double nearest its text
+            // (float_roundtrip), whose shortest decimal form is that text again for any time
+            // written to the microsecond; its digits are read exactly.
+            None => n.as_f64().and_then(|x| unit.split_decimal(&x.to_string())),
         };
         let (seconds, nanos) = split.ok_or_else(|| EventError::Field {
             field: fields.event_time.clone(),
@@ -468,15 +487,25 @@ pub fn from_json(payload: &[u8], fields: &JsonFields) -> Result<Event, EventErro
     let time_us = match field(picked.event_time, &fields.event_time)? {
         serde_json::Value::Number(n) => number(&n)?,
         serde_json::Value::String(s) => match numeric_text(&s) {
+            // Text holds the digits themselves: read them, not the double nearest them.
+            Some(n) if !n.is_i64() && !n.is_u64() => {
+                let (seconds, nanos) = unit.split_decimal(&s).ok_or_else(|| EventError::Field {
+                    field: fields.event_time.clone(),
+                    problem: format!("{s:?} is not a number of {}", unit.name()),
+                })?;
+                event_time_us(seconds, nanos)
+                    .map_err(|_| out_of_range(format!("{s} ({})", unit.name())))?
+            }
             Some(n) => number(&n)?,
             None => {
-                let (seconds, nanos) = parse_rfc3339(&s).ok_or_else(|| EventError::Field {
-                    field: fields.event_time.clone(),
-                    problem: format!(
-                        "{s:?} is neither RFC 3339 (2026-11-29T18:00:00Z) nor a number of {}",
-                        unit.name()
-                    ),
-                })?;
+                let (seconds, nanos) =
+                    crate::time::parse_rfc3339(&s).ok_or_else(|| EventError::Field {
+                        field: fields.event_time.clone(),
+                        problem: format!(
+                            "{s:?} is neither RFC 3339 (2026-11-29T18:00:00Z) nor a number of {}",
+                            unit.name()
+                        ),
+                    })?;
                 event_time_us(seconds, nanos).map_err(|_| out_of_range(format!("{s:?}")))?
             }
         },
@@ -672,69 +701,6 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` into seconds since the Unix epoch and
-/// nanoseconds into that second (digits past the ninth are ignored). Works on bytes: any text,
-/// whatever characters it holds, is either a time or `None`.
-fn parse_rfc3339(s: &str) -> Option<(i64, i64)> {
-    let b = s.as_bytes();
-    let num = |at: std::ops::Range<usize>| digits(b.get(at)?);
-    let is = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
-    if !(is(4, b"-") && is(7, b"-") && is(10, b"Tt ") && is(13, b":") && is(16, b":")) {
-        return None;
-    }
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
-        return None;
-    }
-    let mut rest = b.get(19..)?;
-    let mut nanos = 0i64;
-    if let Some(frac) = rest.strip_prefix(b".") {
-        let count = frac.iter().take_while(|c| c.is_ascii_digit()).count();
-        if count == 0 {
-            return None;
-        }
-        let (frac, after) = frac.split_at_checked(count)?;
-        nanos = frac
-            .iter()
-            .chain(std::iter::repeat(&b'0'))
-            .take(9)
-            .fold(0, |n, &c| n * 10 + i64::from(c - b'0'));
-        rest = after;
-    }
-    let offset_s = match rest {
-        b"Z" | b"z" => 0,
-        [sign @ (b'+' | b'-'), h0, h1, b':', m0, m1] => {
-            let (oh, om) = (digits(&[*h0, *h1])?, digits(&[*m0, *m1])?);
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            let sign = if *sign == b'-' { -1 } else { 1 };
-            sign * (oh * 3600 + om * 60)
-        }
-        _ => return None,
-    };
-    // Days from civil (Howard Hinnant's algorithm). Every number is bounded by 4-digit years.
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + h * 3600 + mi * 60 + se - offset_s, nanos))
-}
-
-/// The decimal number a run of ASCII digits spells (no sign, at most 4 of them here).
-fn digits(text: &[u8]) -> Option<i64> {
-    if text.is_empty() {
-        return None;
-    }
-    text.iter().try_fold(0i64, |n, &c| {
-        c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0'))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -872,7 +838,7 @@ mod tests {
 
     #[test]
     fn rfc3339_matches_known_instants() {
-        let us = |s: &str| parse_rfc3339(s).map(|(s, ns)| s * 1_000_000 + ns / 1000);
+        let us = |s: &str| crate::time::parse_rfc3339(s).map(|(s, ns)| s * 1_000_000 + ns / 1000);
         assert_eq!(us("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(us("2000-03-01T00:00:00Z"), Some(951_868_800_000_000));
         assert_eq!(us("2025-11-29T18:00:00.25Z"), Some(1_764_439_200_250_000));
@@ -885,7 +851,7 @@ mod tests {
             Some(1_764_439_200_000_000)
         );
         assert_eq!(
-            parse_rfc3339("2200-01-01T00:00:00Z"),
+            crate::time::parse_rfc3339("2200-01-01T00:00:00Z"),
             Some((END_EVENT_TIME_S, 0))
         );
         assert_eq!(us("2026-13-29T18:00:00Z"), None);
@@ -1028,6 +994,62 @@ mod tests {
     /// Apps send event times in the unit their language makes easy: each configured unit reads
     /// integers exactly, fractions to the nanosecond, and numbers sent as text; the same instant
     /// comes out of each.
+    #[test]
+    fn fractional_times_are_read_from_their_digits_to_the_microsecond() {
+        let at = |unit: TimeUnit, time: &str| {
+            let f = JsonFields {
+                event_time_unit: unit,
+                ..JsonFields::default()
+            };
+            from_json(
+                format!(
+                    r#"{{"request_id":"r","item_id":"i","event_time":{time},"event_type":"click"}}"#
+                )
+                .as_bytes(),
+                &f,
+            )
+            .map(|e| e.time_us)
+        };
+        // Every microsecond of a millisecond, from numbers and from text: the nearest double
+        // of `...547.283` is below it, and read through it the time was 1 us early.
+        let ms = 1_796_222_028_547i64;
+        for us in 0..1000 {
+            let want = Ok(ms * 1000 + us);
+            let text = format!("{ms}.{us:03}");
+            assert_eq!(at(TimeUnit::Milliseconds, &text), want, "{text}");
+            assert_eq!(at(TimeUnit::Milliseconds, &format!("\"{text}\"")), want);
+        }
+        assert_eq!(
+            at(TimeUnit::Milliseconds, "1796222028547.283"),
+            Ok(1_796_222_028_547_283)
+        );
+        // Seconds written to the microsecond, and a fraction past it dropped, not rounded.
+        for us in [0, 1, 283, 999_999, 547_283] {
+            let want = Ok(1_796_222_028_000_000 + us);
+            assert_eq!(at(TimeUnit::Seconds, &format!("1796222028.{us:06}")), want);
+            assert_eq!(
+                at(TimeUnit::Seconds, &format!("\"1796222028.{us:06}\"")),
+                want
+            );
+        }
+        assert_eq!(
+            at(TimeUnit::Seconds, r#""1796222028.5472839""#),
+            Ok(1_796_222_028_547_283)
+        );
+        assert_eq!(
+            at(TimeUnit::Microseconds, r#""1796222028547283.9""#),
+            Ok(1_796_222_028_547_283)
+        );
+    }
+
+    #[test]
+    fn an_rfc3339_day_the_calendar_lacks_is_a_bad_field() {
+        let event = br#"{"request_id":"r","item_id":"i","event_time":"2026-02-31T00:00:00Z","event_type":"click"}"#;
+        let err = from_json(event, &JsonFields::default()).unwrap_err();
+        assert_eq!(err.reason(), "bad_field", "{err}");
+        assert!(err.to_string().contains("2026-02-31"), "{err}");
+    }
+
     #[test]
     fn event_times_in_every_unit_read_the_same_instant() {
         let at = |unit: TimeUnit, time: &str| {

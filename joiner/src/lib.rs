@@ -5,6 +5,7 @@
 //! - [`state`]: the event-time join of feature logs with those events, per task.
 //! - [`rows`]: training rows as Arrow record batches with each feature's real type.
 //! - [`sink`]: the Parquet dataset and its commit protocol (checkpoints, roll forward, recovery).
+//! - [`time`]: calendar arithmetic (RFC 3339 event times, the dataset's UTC hours).
 //!
 //! - [`config`], [`run`]: the configuration and the Kafka runtime (router and join stages).
 
@@ -18,3 +19,4 @@ pub mod rows;
 pub mod run;
 pub mod sink;
 pub mod state;
+pub mod time;

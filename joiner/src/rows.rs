@@ -709,23 +709,7 @@ pub fn to_record_batch(
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
-/// The hive partition of an event time: (`YYYY-MM-DD`, `HH`) in UTC.
-pub fn hour_partition(time_us: i64) -> (String, String) {
-    let secs = time_us.div_euclid(1_000_000);
-    let days = secs.div_euclid(86_400);
-    let hour = secs.rem_euclid(86_400) / 3600;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (format!("{y:04}-{m:02}-{d:02}"), format!("{hour:02}"))
-}
+pub use crate::time::hour_partition;
 
 #[cfg(test)]
 mod tests {
@@ -1039,15 +1023,5 @@ mod tests {
         assert!(f16_to_f32(0x7e00).is_nan());
         assert_eq!(f16_to_f32(0xfc00), f32::NEG_INFINITY);
         assert_eq!(bf16_to_f32(0x3f80), 1.0);
-    }
-
-    #[test]
-    fn hour_partitions_are_utc_calendar_hours() {
-        assert_eq!(hour_partition(0), ("1970-01-01".into(), "00".into()));
-        assert_eq!(
-            hour_partition(1_764_439_200_000_000),
-            ("2025-11-29".into(), "18".into())
-        );
-        assert_eq!(hour_partition(-1), ("1969-12-31".into(), "23".into()));
     }
 }

@@ -149,20 +149,7 @@ pub struct Staged {
     pub staging: Option<String>,
 }
 
-/// The start of the hour `date` (`YYYY-MM-DD`) `hh` in epoch microseconds.
-fn hour_start_us(date: &str, hh: &str) -> Option<i64> {
-    let y: i64 = date.get(0..4)?.parse().ok()?;
-    let m: i64 = date.get(5..7)?.parse().ok()?;
-    let d: i64 = date.get(8..10)?.parse().ok()?;
-    let h: i64 = hh.parse().ok()?;
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + h * 3600) * 1_000_000)
-}
+use crate::time::hour_start_us;
 
 /// Writer settings.
 #[derive(Debug, Clone)]
