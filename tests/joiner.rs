@@ -737,6 +737,11 @@ async fn features_and_app_events_become_exactly_the_expected_parquet_rows() {
             )
         })
         .collect();
+    // Each says what was wrong with it, for an operator reading the topic.
+    for letter in &dead {
+        let detail = letter.header("featurelog-detail").unwrap_or_default();
+        assert!(!detail.is_empty(), "a dead letter without a detail");
+    }
     let (payload, source) = &letters["bad_json"];
     assert_eq!(payload, b"{not json");
     assert!(source.starts_with(&format!("{}/", s.events)), "{source}");
@@ -2295,4 +2300,38 @@ async fn a_joiner_still_starting_is_alive_and_not_ready() {
         .await
         .expect("a signal during the start-up ends it at once");
     assert!(ended.unwrap().is_ok());
+}
+
+/// An events topic that does not exist stops the start-up with a message that names it and
+/// says who creates it: the app, not the sidecar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_events_topic_is_named_with_who_must_create_it() {
+    let Some(kafka) = kafka("a_missing_events_topic_is_named_with_who_must_create_it") else {
+        return;
+    };
+    let features = kafka.unique_topic("features-no-events", 1).await;
+    let events = format!("no-such-events-{}", kafka.unique_group("t"));
+    let dir = temp_dir();
+    let config = joiner_config(
+        dir.path(),
+        "no-events",
+        &kafka.config,
+        &kafka.unique_group("no-events"),
+        &features,
+        &events,
+        &kafka.unique_group("dead-letters"),
+        &dir.path().join("out"),
+    );
+    let config = featurelog_joiner::config::JoinerConfig::load(&config).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let ended = tokio::time::timeout(
+        Duration::from_secs(120),
+        featurelog_joiner::run::run(config, shutdown),
+    )
+    .await
+    .expect("the start-up did not end");
+    let message = ended.unwrap_err().to_string();
+    assert!(message.contains(&events), "{message}");
+    assert!(message.contains("events topic"), "{message}");
+    assert!(message.contains("the app"), "{message}");
 }

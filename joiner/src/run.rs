@@ -38,11 +38,16 @@ pub enum JoinError {
         #[source]
         source: RdKafkaError,
     },
-    /// A topic is missing.
+    /// The feature-log topic is missing.
     #[error(
-        "topic {0:?} does not exist; create it (the sidecar does not create topics), with as many partitions as the load needs"
+        "the feature-log topic {0:?} (input.features-topic) does not exist; create it with as many partitions as the load needs: the sidecar publishes to it but does not create it"
     )]
     NoTopic(String),
+    /// An events topic is missing.
+    #[error(
+        "the events topic {0:?} (input.events-topic) does not exist; the app that publishes impressions and clicks owns it and must create it (neither the sidecar nor the joiner does), or fix the name"
+    )]
+    NoEventsTopic(String),
     /// The feature-log topic's partition count is not the dataset's.
     #[error(
         "topic {topic:?} has {found} partitions, but the dataset was written with {recorded}: a dataset is tied to its partition count (every task's checkpoint holds offsets of its partitions, and requests move between partitions when the count changes), so joining on would silently lose the rows of every request that moved. To use the new count, run a new `group` into a new `output.path` (README, \"Scaling out\")"
@@ -254,7 +259,7 @@ async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinError> {
         event_sources +=
             featurelog_kafka::admin::partition_count(kafka, topic, Duration::from_secs(30))
                 .await?
-                .ok_or_else(|| JoinError::NoTopic(topic.clone()))?;
+                .ok_or_else(|| JoinError::NoEventsTopic(topic.clone()))?;
     }
     let events = config.input.events_topic.joined();
     let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
@@ -612,13 +617,26 @@ fn read_back(
     }
 }
 
+/// How long a dead letter's `featurelog-detail` may be: error messages quote field names and
+/// values, which an app chooses.
+const MAX_DETAIL_BYTES: usize = 1024;
+
+/// Sends `message` to the dead-letter topic with its `reason` and, when there is more to say,
+/// a `detail` naming the field and what was wrong with it (`field "item_id": expected a
+/// non-empty string or an integer, got [1,2]`).
 fn dead_letter(
     producer: &BaseProducer,
     topic: &str,
     message: &rdkafka::message::BorrowedMessage<'_>,
     reason: &'static str,
+    detail: &str,
     metrics: &JoinMetrics,
 ) {
+    let mut end = detail.len().min(MAX_DETAIL_BYTES);
+    while !detail.is_char_boundary(end) {
+        end -= 1;
+    }
+    let detail = &detail[..end];
     metrics
         .dead_letters
         .get_or_create(&Label { name: reason })
@@ -638,6 +656,14 @@ fn dead_letter(
             key: "featurelog-source",
             value: Some(&source),
         });
+    let headers = if detail.is_empty() {
+        headers
+    } else {
+        headers.insert(Header {
+            key: "featurelog-detail",
+            value: Some(detail),
+        })
+    };
     let mut record = BaseRecord::<[u8], [u8]>::to(topic)
         .payload(message.payload().unwrap_or_default())
         .headers(headers);
@@ -650,7 +676,7 @@ fn dead_letter(
     loop {
         match producer.send(record) {
             Ok(()) => {
-                tracing::warn!(%source, reason, "record dead-lettered");
+                tracing::warn!(%source, reason, detail, "record dead-lettered");
                 break;
             }
             Err((
@@ -1086,7 +1112,7 @@ async fn router(
                         batches.add(&producer, &repartition, partition, &to_impression(&e))?;
                         metrics.events_routed.inc();
                     }
-                    Err(err) => dead_letter(&producer, &config.input.dead_letter_topic, &message, err.reason(), &metrics),
+                    Err(err) => dead_letter(&producer, &config.input.dead_letter_topic, &message, err.reason(), &err.to_string(), &metrics),
                 }
                 next.insert((message.topic().to_owned(), message.partition()), message.offset() + 1);
                 producer.poll(Duration::ZERO);
@@ -1958,7 +1984,7 @@ async fn join(
                         Ok(log) => task.state.add_features(log),
                         Err(reason) => {
                             tracing::debug!(%reason, "bad feature log");
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_feature_log", &metrics);
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_feature_log", &reason, &metrics);
                             task.state.advance()
                         }
                     }
@@ -1988,11 +2014,11 @@ async fn join(
                                 );
                             }
                             task.misplaced += 1;
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "not_co_partitioned", &metrics);
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "not_co_partitioned", "", &metrics);
                             task.state.advance()
                         }
                         Err(err) => {
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason(), &metrics);
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason(), &err.to_string(), &metrics);
                             task.state.advance()
                         }
                     }
@@ -2010,7 +2036,7 @@ async fn join(
                             rows
                         }
                         Err(_) => {
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_routed_events", &metrics);
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_routed_events", "", &metrics);
                             task.state.advance()
                         }
                     }
@@ -2024,7 +2050,7 @@ async fn join(
                             rows
                         }
                         Err(_) => {
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_router_progress", &metrics);
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "bad_router_progress", "", &metrics);
                             task.state.advance()
                         }
                     }
@@ -2032,7 +2058,7 @@ async fn join(
                     match event::from_protobuf(payload) {
                         Ok(e) => task.state.add_event(e),
                         Err(err) => {
-                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason(), &metrics);
+                            dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason(), &err.to_string(), &metrics);
                             task.state.advance()
                         }
                     }
