@@ -1612,10 +1612,12 @@ impl Dataset {
     }
 }
 
-/// Where a file to be visible as `visible` is staged.
+/// Where a file to be visible as `visible` is staged: under the writer's staging prefix, with
+/// a suffix of its own, so that a `**/*.parquet` glob over the dataset (as DuckDB and Polars
+/// users write) never reads a file that is not committed.
 fn staged_name(staging: Option<&str>, visible: &str) -> String {
     match staging {
-        Some(prefix) => format!("{prefix}/{visible}"),
+        Some(prefix) => format!("{prefix}/{visible}.staged"),
         None => pending_name(visible),
     }
 }
@@ -1769,6 +1771,16 @@ mod tests {
             "two rows in each of two hours, one row per file"
         );
         assert!(visible(&keys(&store)).is_empty(), "{:?}", keys(&store));
+        // Staged, they are there, and no `*.parquet` glob matches them.
+        let staged_keys: Vec<String> = keys(&store)
+            .into_iter()
+            .filter(|k| k.contains("_featurelog/staging/"))
+            .collect();
+        assert_eq!(staged_keys.len(), 4, "{staged_keys:?}");
+        assert!(
+            staged_keys.iter().all(|k| !k.ends_with(".parquet")),
+            "{staged_keys:?}"
+        );
         let mut cp = checkpoint("t-0", 1, staged.files.clone());
         cp.staging = staged.staging.clone();
         ds.commit(&cp).unwrap();
@@ -2169,7 +2181,11 @@ mod tests {
         assert_eq!(visible_files(dir.path()), files1);
         let staged = |s: &Staged| dir.path().join(s.staging.as_deref().unwrap());
         assert!(!staged(&lost).exists(), "a lost epoch's staging is deleted");
-        assert!(staged(&other).join(&other.files[0]).exists());
+        assert!(
+            dir.path()
+                .join(staged_name(other.staging.as_deref(), &other.files[0]))
+                .exists()
+        );
         // Recovering again changes nothing.
         assert_eq!(ds.recover("t-0").unwrap(), Some(cp));
         assert_eq!(visible_files(dir.path()), files1);
