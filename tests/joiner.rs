@@ -2335,3 +2335,41 @@ async fn a_missing_events_topic_is_named_with_who_must_create_it() {
     assert!(message.contains("events topic"), "{message}");
     assert!(message.contains("the app"), "{message}");
 }
+
+/// An event dated far ahead of the watermark (an impression in 2150: a wrong clock or unit) is
+/// dead-lettered as `event_time_in_future`, saying why, instead of being held until the
+/// watermark reaches it; the other rows are written as always.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_dated_far_ahead_of_the_watermark_is_dead_lettered() {
+    let Some(kafka) = kafka("an_event_dated_far_ahead_of_the_watermark_is_dead_lettered") else {
+        return;
+    };
+    let s = setup(kafka, 4, 1).await;
+    let out = s.dir.path().join("dataset");
+    let config = s.joiner_config("future", &s.kafka.unique_group("future"), &out);
+    let metrics = serve_metrics_on_a_known_port(&config);
+    let joiner = Joiner::start(&config);
+    let d = wait_for_rows(&out, s.expected.len(), "before the event from the future").await;
+    check_exact(&d, &s.expected, "before the event from the future");
+    // Rows are written: the watermark is known. 2150-01-01T00:00:00Z, in milliseconds.
+    let future = app_event("req-0", "from-the-future", 5_680_281_600_000, "impression");
+    produce_events(&s.kafka.config, &s.events, &[future]).await;
+    expect_metric(
+        metrics,
+        "featurelog_join_dead_letters_total{name=\"event_time_in_future\"} 1",
+    )
+    .await;
+    assert!(joiner.terminate().success());
+    let dead = s
+        .kafka
+        .read(&s.dead_letter, 2, Duration::from_secs(30))
+        .await;
+    let letter = dead
+        .iter()
+        .find(|d| d.header("featurelog-error").as_deref() == Some("event_time_in_future"))
+        .expect("no event_time_in_future dead letter");
+    let detail = letter.header("featurelog-detail").unwrap_or_default();
+    assert!(detail.contains("2150-01-01T00:00:00"), "{detail}");
+    assert!(detail.contains("join.max-event-time-ahead"), "{detail}");
+    assert_eq!(letter.key_str(), "req-0");
+}

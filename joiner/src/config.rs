@@ -235,6 +235,11 @@ pub struct WindowConfig {
     /// How far behind the newest event of an input older events may still arrive.
     #[serde(default = "default_out_of_orderness", with = "humantime_serde")]
     pub max_out_of_orderness: Duration,
+    /// An event dated further than this ahead of the watermark is dead-lettered as
+    /// `event_time_in_future` instead of held: a wrong clock or unit would otherwise keep it in
+    /// the state until the watermark reaches it, years later.
+    #[serde(default = "default_max_event_time_ahead", with = "humantime_serde")]
+    pub max_event_time_ahead: Duration,
     /// When an input partition has been read to its end and nothing new came for this long, its
     /// side of the watermark moves to the wall clock (minus `max-out-of-orderness`), so windows
     /// close and hours complete in quiet periods. The router decides it for each events
@@ -440,6 +445,9 @@ fn default_features_wait() -> Duration {
 fn default_impressions_wait() -> Duration {
     Duration::from_secs(5 * 60)
 }
+fn default_max_event_time_ahead() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
 fn default_out_of_orderness() -> Duration {
     Duration::from_secs(5)
 }
@@ -474,6 +482,7 @@ impl Default for WindowConfig {
             impressions_wait: default_impressions_wait(),
             label_window: None,
             max_out_of_orderness: default_out_of_orderness(),
+            max_event_time_ahead: default_max_event_time_ahead(),
             idle_timeout: default_idle_timeout(),
             negatives_sample_rate: 0.0,
             state_max_bytes: default_state_bytes(),
@@ -561,6 +570,11 @@ impl JoinerConfig {
         }
         if config.output.flush_interval.is_zero() {
             return Err(err("output.flush-interval must be longer than zero".into()));
+        }
+        if j.max_event_time_ahead.is_zero() {
+            return Err(err(
+                "join.max-event-time-ahead must be longer than zero".into()
+            ));
         }
         if config.group.is_empty() || config.input.events_topic.names().is_empty() {
             return Err(err("group and input.events-topic must not be empty".into()));

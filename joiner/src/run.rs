@@ -617,6 +617,23 @@ fn read_back(
     }
 }
 
+/// Why an event of `time_us` is not held by `state`: dated further than
+/// `join.max-event-time-ahead` ahead of its watermark (a wrong clock or unit on the app's side
+/// would keep it in the state until the watermark reached it, years later). `None` when it may
+/// be held, and while the watermark is not known.
+fn in_future(state: &JoinState, time_us: i64, config: &JoinerConfig) -> Option<String> {
+    let watermark = state.watermark_us();
+    let ahead = i64::try_from(config.join.max_event_time_ahead.as_micros()).unwrap_or(i64::MAX);
+    (watermark != i64::MIN && time_us > watermark.saturating_add(ahead)).then(|| {
+        format!(
+            "event time {} is more than join.max-event-time-ahead ({}) ahead of the watermark {}",
+            crate::time::rfc3339_us(time_us),
+            humantime::format_duration(config.join.max_event_time_ahead),
+            crate::time::rfc3339_us(watermark),
+        )
+    })
+}
+
 /// How long a dead letter's `featurelog-detail` may be: error messages quote field names and
 /// values, which an app chooses.
 const MAX_DETAIL_BYTES: usize = 1024;
@@ -632,6 +649,35 @@ fn dead_letter(
     detail: &str,
     metrics: &JoinMetrics,
 ) {
+    let source = format!(
+        "{}/{}/{}",
+        message.topic(),
+        message.partition(),
+        message.offset()
+    );
+    let payload = message.payload().unwrap_or_default();
+    dead_letter_bytes(
+        producer,
+        topic,
+        (message.key(), payload),
+        &source,
+        reason,
+        detail,
+        metrics,
+    );
+}
+
+/// [`dead_letter`] of bytes that are not a record read as such: an event of a routed batch,
+/// re-encoded, with `source` saying where its batch came from.
+fn dead_letter_bytes(
+    producer: &BaseProducer,
+    topic: &str,
+    (key, payload): (Option<&[u8]>, &[u8]),
+    source: &str,
+    reason: &'static str,
+    detail: &str,
+    metrics: &JoinMetrics,
+) {
     let mut end = detail.len().min(MAX_DETAIL_BYTES);
     while !detail.is_char_boundary(end) {
         end -= 1;
@@ -641,12 +687,6 @@ fn dead_letter(
         .dead_letters
         .get_or_create(&Label { name: reason })
         .inc();
-    let source = format!(
-        "{}/{}/{}",
-        message.topic(),
-        message.partition(),
-        message.offset()
-    );
     let headers = OwnedHeaders::new()
         .insert(Header {
             key: "featurelog-error",
@@ -654,7 +694,7 @@ fn dead_letter(
         })
         .insert(Header {
             key: "featurelog-source",
-            value: Some(&source),
+            value: Some(source),
         });
     let headers = if detail.is_empty() {
         headers
@@ -665,9 +705,9 @@ fn dead_letter(
         })
     };
     let mut record = BaseRecord::<[u8], [u8]>::to(topic)
-        .payload(message.payload().unwrap_or_default())
+        .payload(payload)
         .headers(headers);
-    if let Some(key) = message.key() {
+    if let Some(key) = key {
         record = record.key(key);
     }
     // A burst of bad records must not overflow the producer's queue: the record's offset is
@@ -1993,16 +2033,25 @@ async fn join(
                     let decoded = decode_event(&config, message.topic(), payload);
                     match decoded {
                         Ok(e) if murmur2_partition(e.request_id.as_bytes(), partitions) == p => {
-                            let time_us = e.time_us;
-                            let mut rows = if in_sample(&config, &e) {
-                                task.state.add_event(e)
-                            } else {
-                                metrics.events_not_sampled.inc();
-                                task.state.advance()
-                            };
-                            // After the event: progress up to its time must not make it late.
-                            rows.extend(task.state.source_progress(p, time_us));
-                            rows
+                            match in_future(&task.state, e.time_us, &config) {
+                                // Its time is no progress of its partition either.
+                                Some(detail) => {
+                                    dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "event_time_in_future", &detail, &metrics);
+                                    task.state.advance()
+                                }
+                                None => {
+                                    let time_us = e.time_us;
+                                    let mut rows = if in_sample(&config, &e) {
+                                        task.state.add_event(e)
+                                    } else {
+                                        metrics.events_not_sampled.inc();
+                                        task.state.advance()
+                                    };
+                                    // After the event: progress up to its time must not make it late.
+                                    rows.extend(task.state.source_progress(p, time_us));
+                                    rows
+                                }
+                            }
                         }
                         Ok(e) => {
                             if task.misplaced == 0 {
@@ -2027,6 +2076,14 @@ async fn join(
                         Ok(batch) => {
                             let mut rows = Vec::new();
                             for e in batch.events {
+                                let time_us = e.event_time.as_ref().map(event::saturating_us);
+                                if let Some(detail) = time_us.and_then(|t| in_future(&task.state, t, &config)) {
+                                    // The event as the router passed it on (a protobuf Impression), and the batch it came in.
+                                    let source = format!("{}/{}/{} (routed)", message.topic(), message.partition(), message.offset());
+                                    let payload = e.encode_to_vec();
+                                    dead_letter_bytes(&dead_letters, &config.input.dead_letter_topic, (Some(e.request_id.as_bytes()), &payload), &source, "event_time_in_future", &detail, &metrics);
+                                    continue;
+                                }
                                 match event::from_impression(e) {
                                     Ok(e) => rows.extend(task.state.add_event(e)),
                                     // The router sends only events it decoded and checked.
@@ -2056,7 +2113,13 @@ async fn join(
                     }
                 } else {
                     match event::from_protobuf(payload) {
-                        Ok(e) => task.state.add_event(e),
+                        Ok(e) => match in_future(&task.state, e.time_us, &config) {
+                            Some(detail) => {
+                                dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, "event_time_in_future", &detail, &metrics);
+                                task.state.advance()
+                            }
+                            None => task.state.add_event(e),
+                        },
                         Err(err) => {
                             dead_letter(&dead_letters, &config.input.dead_letter_topic, &message, err.reason(), &err.to_string(), &metrics);
                             task.state.advance()

@@ -1,7 +1,7 @@
 //! Calendar arithmetic, in one place and through chrono: RFC 3339 event times, and the UTC
 //! hours of the dataset's `dt=YYYY-MM-DD/hr=HH` partitions. No system clock, no time zones.
 
-use chrono::{DateTime, NaiveDate, Timelike};
+use chrono::{DateTime, NaiveDate, SecondsFormat, Timelike};
 
 /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (RFC 3339) as seconds since the Unix epoch and
 /// nanoseconds into that second (digits past the ninth are dropped). A date the calendar does
@@ -11,6 +11,14 @@ pub fn parse_rfc3339(text: &str) -> Option<(i64, i64)> {
     // A leap second (`23:59:60`) is the last instant of its minute's second 59.
     let nanos = i64::from(at.nanosecond() % 1_000_000_000);
     Some((at.timestamp(), nanos))
+}
+
+/// An event time as RFC 3339 text in UTC, to the microsecond, for messages.
+pub fn rfc3339_us(time_us: i64) -> String {
+    match DateTime::from_timestamp_micros(time_us) {
+        Some(at) => at.to_rfc3339_opts(SecondsFormat::Micros, true),
+        None => format!("{time_us} us since the epoch"),
+    }
 }
 
 /// The hive partition of an event time: (`YYYY-MM-DD`, `HH`) in UTC.
@@ -91,6 +99,10 @@ mod tests {
             let start = hour_start_us(&dt, &hr).unwrap();
             assert!(start <= t && t < start + 3_600_000_000, "{t} {dt} {hr}");
         }
+        assert_eq!(
+            rfc3339_us(1_764_439_200_250_000),
+            "2025-11-29T18:00:00.250000Z"
+        );
         assert_eq!(hour_start_us("2026-02-31", "00"), None);
         assert_eq!(hour_start_us("2026-02-28", "24"), None);
         assert_eq!(hour_start_us("2026-02-28", "7"), None);
