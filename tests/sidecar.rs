@@ -10,8 +10,8 @@ use featurelog_schemas::inference::ModelMetadataRequest;
 use featurelog_schemas::tensor::TensorValues;
 use featurelog_testkit::kafka;
 use featurelog_testkit::serving::{
-    client, decode_log, h2_connection, model_server, ranker_request, sent_values, sidecar,
-    sidecar_config, temp_dir,
+    client, decode_log, grpc_frame, h2_connection, model_server, ranker_request, sent_values,
+    sidecar, sidecar_config, temp_dir,
 };
 
 const ALLOW: &str = r#"
@@ -277,14 +277,6 @@ impl http_body::Body for Fed {
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         self.0.poll_recv(cx).map(|frame| frame.map(Ok))
     }
-}
-
-/// The 5-byte gRPC prefix and `message`.
-fn grpc_frame(message: &[u8]) -> bytes::Bytes {
-    let mut framed = vec![0u8];
-    framed.extend((message.len() as u32).to_be_bytes());
-    framed.extend(message);
-    framed.into()
 }
 
 /// A model server that answers a ModelInfer call as soon as it has the request's message,

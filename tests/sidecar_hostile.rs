@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use featurelog_testkit::serving::{
-    client, decode_log, h2_connection, model_server, ranker_request, sidecar, sidecar_config,
-    temp_dir,
+    client, decode_log, grpc_frame, h2_connection, model_server, ranker_request, sidecar,
+    sidecar_config, temp_dir,
 };
 use featurelog_testkit::{eventually, kafka};
 use http_body_util::BodyExt;
@@ -181,14 +181,6 @@ impl http_body::Body for Frames {
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         std::task::Poll::Ready(self.0.pop_front().map(Ok))
     }
-}
-
-/// The 5-byte gRPC prefix and `message`.
-fn grpc_frame(message: &[u8]) -> Bytes {
-    let mut framed = vec![0u8];
-    framed.extend((message.len() as u32).to_be_bytes());
-    framed.extend(message);
-    framed.into()
 }
 
 /// Calls ModelInfer at `addr` over a bare HTTP/2 connection that takes header lists up to

@@ -991,25 +991,26 @@ mod tests {
         );
     }
 
-    /// Apps send event times in the unit their language makes easy: each configured unit reads
-    /// integers exactly, fractions to the nanosecond, and numbers sent as text; the same instant
-    /// comes out of each.
+    /// The event time of a JSON click whose `event_time` is `time` (JSON text) in `unit`.
+    fn time_at(unit: TimeUnit, time: &str) -> Result<i64, EventError> {
+        let f = JsonFields {
+            event_time_unit: unit,
+            ..JsonFields::default()
+        };
+        from_json(
+            format!(
+                r#"{{"request_id":"r","item_id":"i","event_time":{time},"event_type":"click"}}"#
+            )
+            .as_bytes(),
+            &f,
+        )
+        .map(|e| e.time_us)
+    }
+
+    /// A fraction is read from the number's decimal digits, not from the double nearest them.
     #[test]
     fn fractional_times_are_read_from_their_digits_to_the_microsecond() {
-        let at = |unit: TimeUnit, time: &str| {
-            let f = JsonFields {
-                event_time_unit: unit,
-                ..JsonFields::default()
-            };
-            from_json(
-                format!(
-                    r#"{{"request_id":"r","item_id":"i","event_time":{time},"event_type":"click"}}"#
-                )
-                .as_bytes(),
-                &f,
-            )
-            .map(|e| e.time_us)
-        };
+        let at = time_at;
         // Every microsecond of a millisecond, from numbers and from text: the nearest double
         // of `...547.283` is below it, and read through it the time was 1 us early.
         let ms = 1_796_222_028_547i64;
@@ -1050,22 +1051,12 @@ mod tests {
         assert!(err.to_string().contains("2026-02-31"), "{err}");
     }
 
+    /// Apps send event times in the unit their language makes easy: each configured unit reads
+    /// integers exactly, fractions to the nanosecond, and numbers sent as text; the same instant
+    /// comes out of each.
     #[test]
     fn event_times_in_every_unit_read_the_same_instant() {
-        let at = |unit: TimeUnit, time: &str| {
-            let f = JsonFields {
-                event_time_unit: unit,
-                ..JsonFields::default()
-            };
-            from_json(
-                format!(
-                    r#"{{"request_id":"r","item_id":"i","event_time":{time},"event_type":"click"}}"#
-                )
-                .as_bytes(),
-                &f,
-            )
-            .map(|e| e.time_us)
-        };
+        let at = time_at;
         let instant = Ok(1_764_439_200_250_000);
         for (unit, times) in [
             (

@@ -165,6 +165,14 @@ where
     send
 }
 
+/// The 5-byte gRPC prefix (uncompressed, length) and `message`.
+pub fn grpc_frame(message: &[u8]) -> bytes::Bytes {
+    let mut framed = vec![0u8];
+    framed.extend((message.len() as u32).to_be_bytes());
+    framed.extend(message);
+    framed.into()
+}
+
 /// Where the test's temporary files go.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
