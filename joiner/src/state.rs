@@ -162,9 +162,10 @@ struct Pending {
     /// The ids of the events counted in this entry (those that had one): a retry of one of
     /// them must not count a click or add a label value twice. A few per entry, so a list.
     event_ids: Vec<String>,
-    /// Label events that came before any impression of the entry: whether they fall in the
-    /// label window is known only once the impression's time is, and deciding it then makes
-    /// the row the same whichever side was read first.
+    /// The entry's label events, held until its row is emitted: whether one falls in the label
+    /// window is known only once the earliest impression's time is, which a repeated
+    /// impression read later (another partition, another order) may still lower. Deciding it
+    /// at the emission makes the row the same whatever the read order.
     early: Vec<EarlyLabel>,
 }
 
@@ -525,35 +526,23 @@ impl JoinState {
             self.bytes += id.len() + ID_BYTES;
             p.event_ids.push(id);
         }
-        let window = self.config.label_window_us;
         if kind == EventKind::Impression {
-            // A repeated impression keeps the first.
+            // A repeated impression keeps the earliest: the row's impression, in event time.
             p.impression_us = Some(p.impression_us.map_or(time_us, |t| t.min(time_us)));
             // An impression's own label values (a price, a position) are the row's whatever
             // the window.
             for (name, v) in labels {
                 *p.labels.values.entry(name).or_default() += v;
             }
-            for early in std::mem::take(&mut p.early) {
-                self.bytes = self.bytes.saturating_sub(early.bytes());
-                if !p.fold(window, early) {
-                    self.counts.labels_outside_window += 1;
-                }
-            }
         } else {
+            // Folded at the emission, against the earliest impression (see `Pending::early`).
             let event = EarlyLabel {
                 time_us,
                 kind,
                 values: labels,
             };
-            if p.impression_us.is_some() {
-                if !p.fold(window, event) {
-                    self.counts.labels_outside_window += 1;
-                }
-            } else {
-                self.bytes += event.bytes();
-                p.early.push(event);
-            }
+            self.bytes += event.bytes();
+            p.early.push(event);
         }
         self.try_match(&key, &mut out);
         self.reschedule(&key);
@@ -637,9 +626,20 @@ impl JoinState {
     }
 
     fn emit(&mut self, key: &(String, String), out: &mut Vec<Row>) {
-        let Some(p) = self.remove_pending(key) else {
+        let Some(mut p) = self.remove_pending(key) else {
             return;
         };
+        if p.matched.is_none() {
+            return;
+        }
+        // Every label event against the entry's earliest impression, now that no earlier one
+        // can come (the watermark is past its window).
+        let window = self.config.label_window_us;
+        for early in std::mem::take(&mut p.early) {
+            if !p.fold(window, early) {
+                self.counts.labels_outside_window += 1;
+            }
+        }
         let Some((features, row)) = p.matched else {
             return;
         };

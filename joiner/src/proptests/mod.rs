@@ -25,6 +25,7 @@ use proptest::test_runner::RngSeed;
 
 mod feature_log;
 mod generators;
+mod join_order;
 mod json_event;
 mod protobuf_event;
 mod reencode;
