@@ -67,10 +67,19 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
-/// The multi-threaded runtime the services run on.
+/// The multi-threaded runtime the services run on: one worker per core.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    runtime_with(None)
+}
+
+/// The same with `workers` worker threads (one per core when `None`).
+pub fn runtime_with(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context as _;
-    tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder
         .enable_all()
         .build()
         .context("starting the async runtime")

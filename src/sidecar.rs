@@ -84,7 +84,7 @@ pub fn run(args: SidecarArgs) -> Result<(), crate::Failure> {
             .map_err(crate::Failure::Config)?;
     }
     check_tls(&config, &path).map_err(crate::Failure::Config)?;
-    let runtime = crate::runtime()?;
+    let runtime = crate::runtime_with(Some(config.worker_threads))?;
     let result = runtime.block_on(async move {
         let shutdown = crate::signals::shutdown_on_signals()?;
         let sidecar = featurelog_sidecar::start(config, shutdown).await?;
