@@ -10,6 +10,7 @@
 //! - [`config`], [`run`]: the configuration and the Kafka runtime (router and join stages).
 
 pub mod config;
+mod dead_letter;
 pub mod event;
 pub mod log;
 pub mod metrics;
