@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use featurelog_joiner::config::JoinerConfig;
+use featurelog_joiner::paths::DatasetPaths;
 
 #[derive(Debug, clap::Args)]
 pub struct JoinArgs {
@@ -18,13 +19,23 @@ pub struct JoinArgs {
 pub fn run(args: JoinArgs) -> Result<(), crate::Failure> {
     if let Some(path) = args.check_config {
         let config = JoinerConfig::load(&path).map_err(|e| crate::Failure::Config(e.into()))?;
+        // Resolved as the run resolves them (the same function), so that the paths printed
+        // are the ones the run writes to; a path under a regular file is refused here too.
+        let paths =
+            DatasetPaths::resolve(&config.output).map_err(|e| crate::Failure::Config(e.into()))?;
+        if let Some(err) = paths.file_in_the_way() {
+            return Err(crate::Failure::Config(err.into()));
+        }
         println!(
             "{}: valid; joins {} with {} into {}",
             path.display(),
             config.input.features_topic,
             config.input.events_topic,
-            config.output.path.display()
+            paths.root()
         );
+        for (what, place) in paths.listing(&config.output, &config.input.features_topic) {
+            println!("  {what:<12} {place}");
+        }
         return Ok(());
     }
     let path = args

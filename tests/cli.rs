@@ -138,3 +138,102 @@ fn configs_load_beside_an_environment_variable_that_is_not_text() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("FEATURELOG_JOIN__GROUP"), "{stderr}");
 }
+
+/// `featurelog join --check-config` prints where the run will write, resolved as the run
+/// resolves it: a relative `output.path` against the config file's directory (and that against
+/// the working directory), environment overrides applied, `s3://` URLs as they are; and a path
+/// under a regular file is refused, naming the file.
+#[test]
+fn join_check_config_prints_the_paths_the_run_resolves() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::write(
+        conf.join("join.toml"),
+        "[kafka]\nbootstrap-servers = \"127.0.0.1:9092\"\n[input]\nfeatures-topic = \"fl.logs\"\n\
+         events-topic = \"app.events\"\n[output]\npath = \"data\"\n",
+    )
+    .unwrap();
+    let check = |env: &[(&str, &str)]| {
+        // The config named by a relative path, from the directory above it.
+        let out = Command::new(env!("CARGO_BIN_EXE_featurelog"))
+            .args(["join", "--check-config", "conf/join.toml"])
+            .current_dir(dir.path())
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let root = std::fs::canonicalize(dir.path()).unwrap().join("conf/data");
+    let (code, stdout, stderr) = check(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let line = |what: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(what).map(str::trim))
+            .unwrap_or_else(|| panic!("no {what} in {stdout}"))
+            .to_owned()
+    };
+    assert_eq!(line("dataset"), root.display().to_string(), "{stdout}");
+    assert_eq!(
+        line("checkpoints"),
+        format!(
+            "{}/_featurelog/checkpoints/fl_logs-<partition>/",
+            root.display()
+        )
+    );
+    assert_eq!(
+        line("state"),
+        format!("{}/_featurelog/state/fl_logs-<partition>/", root.display())
+    );
+    assert_eq!(
+        line("staging"),
+        format!(
+            "{}/_featurelog/staging/fl_logs-<partition>/",
+            root.display()
+        )
+    );
+    assert_eq!(
+        line("late rows"),
+        format!("{}/late/dt=YYYY-MM-DD/hr=HH/", root.display())
+    );
+
+    // The environment overrides the file, and the override is resolved the same way.
+    let (code, stdout, stderr) = check(&[("FEATURELOG_JOIN__OUTPUT__PATH", "elsewhere")]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let elsewhere = std::fs::canonicalize(dir.path())
+        .unwrap()
+        .join("conf/elsewhere");
+    assert!(
+        stdout.contains(&format!("dataset      {}\n", elsewhere.display())),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = check(&[
+        ("FEATURELOG_JOIN__OUTPUT__PATH", "s3://training/joined/"),
+        ("AWS_REGION", "us-east-1"),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("dataset      s3://training/joined\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("s3://training/joined/_featurelog/checkpoints/fl_logs-<partition>/"),
+        "{stdout}"
+    );
+
+    // A dataset that cannot be created is refused before the run finds out.
+    std::fs::write(conf.join("file.txt"), "not a directory").unwrap();
+    let (code, stdout, stderr) = check(&[("FEATURELOG_JOIN__OUTPUT__PATH", "file.txt/dataset")]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    let file = std::fs::canonicalize(conf.join("file.txt")).unwrap();
+    assert!(
+        stderr.contains(&format!("{} is a regular file", file.display())),
+        "{stderr}"
+    );
+}

@@ -234,9 +234,10 @@ fn parquet_files(dir: &Path) -> usize {
         .sum()
 }
 
-/// The README's pyarrow, Polars and Spark snippets, pasted as they are (only the path and the
-/// hour changed), read every row of the demo's dataset and the rows of one hour; Spark gives
-/// the columns the types the README promises.
+/// The README's DuckDB, Polars, pyarrow, pandas and Spark snippets, pasted as they are (only the
+/// path and the hour changed), read every row of the demo's dataset and the rows of one hour,
+/// and with their late-rows part the late rows too; Spark gives the columns the types the
+/// README promises.
 fn readme_snippets(out: &Path, rows: usize) {
     let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let read = featurelog_testkit::python_json(
@@ -245,9 +246,11 @@ fn readme_snippets(out: &Path, rows: usize) {
         &[],
     );
     assert_eq!(read["dataset_rows"], rows, "{read}");
-    for reader in ["pyarrow", "polars", "spark"] {
+    let everything = rows as u64 + read["late_rows"].as_u64().unwrap();
+    for reader in ["duckdb", "polars", "pyarrow", "pandas", "spark"] {
         assert_eq!(read[reader]["rows"], rows, "{reader}: {read}");
         assert_eq!(read[reader]["hour"], read["hour_rows"], "{reader}: {read}");
+        assert_eq!(read[reader]["everything"], everything, "{reader}: {read}");
         let columns = read[reader]["columns"].as_array().unwrap();
         for column in ["request_id", "item_id", "clicks", "user_locale", "dt", "hr"] {
             assert!(

@@ -2373,3 +2373,178 @@ async fn an_event_dated_far_ahead_of_the_watermark_is_dead_lettered() {
     assert!(detail.contains("join.max-event-time-ahead"), "{detail}");
     assert_eq!(letter.key_str(), "req-0");
 }
+
+/// An `output.path` under a regular file (a typo, a mount that is not there) stops the start
+/// with one error that names the file and says what to do, and a non-zero exit: not an error
+/// per task and commit, and not a joiner that looks alive while it writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_path_under_a_regular_file_is_reported_once() {
+    let Some(kafka) = kafka("an_output_path_under_a_regular_file_is_reported_once") else {
+        return;
+    };
+    let features = kafka.unique_topic("file-features", 2).await;
+    let events = kafka.unique_topic("file-events", 2).await;
+    let dir = temp_dir();
+    let file = dir.path().join("file.txt");
+    std::fs::write(&file, "not a directory").unwrap();
+    let config = joiner_config(
+        dir.path(),
+        "under-a-file",
+        &kafka.config,
+        &kafka.unique_group("under-a-file"),
+        &features,
+        &events,
+        &kafka.unique_group("dead-letters"),
+        &file.join("dataset"),
+    );
+    let (code, stderr) = refused(&config).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    let named = format!("{} is a regular file", file.display());
+    assert_eq!(stderr.matches(&named).count(), 1, "{stderr}");
+    assert!(stderr.contains("output.path"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}
+
+/// A dataset whose hour of rows is owed its `_SUCCESS`: a joiner with `idle-timeout` wrote the
+/// rows of four impressions two hours ago and was stopped before anything showed it an event
+/// time past that hour.
+struct Owed {
+    kafka: TestKafka,
+    /// Holds the dataset and configs until the test ends.
+    _dir: tempfile::TempDir,
+    events: String,
+    config: PathBuf,
+    out: PathBuf,
+    expected: BTreeMap<(String, String), u32>,
+    marker: PathBuf,
+}
+
+async fn owe_an_hour(kafka: TestKafka, idle_timeout: &str) -> Owed {
+    // One partition each: a partition without feature logs or events would hold the watermark
+    // until `idle-timeout`, running or not.
+    let features = kafka.unique_topic("owed-features", 1).await;
+    let events = kafka.unique_topic("owed-events", 1).await;
+    let dead_letter = kafka.unique_topic("owed-dlq", 1).await;
+    let (model_addr, _stop) = model_server(&["ranker"]).await;
+    let dir = temp_dir();
+    let sidecar = sidecar(sidecar_config(
+        dir.path(),
+        model_addr,
+        Some(&kafka.config),
+        &features,
+        ALLOW,
+    ))
+    .await;
+    let mut via = client(sidecar.local_addr).await;
+    // Two hours ago: the hour is complete once the watermark is now.
+    let t = now_ms() - 2 * 3_600_000;
+    let (mut app, mut expected) = (Vec::new(), BTreeMap::new());
+    for seed in 0..4u32 {
+        let id = format!("owed-{seed}");
+        via.model_infer(ranker_request(&id, 3, 0, seed, false))
+            .await
+            .unwrap();
+        let item = (1000 + seed * 10_000).to_string();
+        app.push(app_event(&id, &item, t + i64::from(seed), "impression"));
+        expected.insert((id, item), 0);
+    }
+    produce_events(&kafka.config, &events, &app).await;
+    sidecar.stop();
+    assert_eq!(sidecar.wait().await, 0);
+
+    let out = dir.path().join("dataset");
+    let config = joiner_config(
+        dir.path(),
+        "owed",
+        &kafka.config,
+        &kafka.unique_group("owed"),
+        &features,
+        &events,
+        &dead_letter,
+        &out,
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "features-wait = \"1h\"",
+            "features-wait = \"3s\"\nmax-out-of-orderness = \"0s\"",
+        )
+        .replace("impressions-wait = \"1h\"", "impressions-wait = \"3s\"")
+        .replace(
+            "idle-timeout = \"1h\"",
+            &format!("idle-timeout = \"{idle_timeout}\""),
+        );
+    std::fs::write(&config, text).unwrap();
+    let marker = {
+        let (dt, hr) = featurelog_joiner::time::hour_partition(t * 1000);
+        out.join(format!("dt={dt}/hr={hr}/_SUCCESS"))
+    };
+    let joiner = Joiner::start(&config);
+    let rows = wait_for_rows(&out, expected.len(), "before the stop").await;
+    check_exact(&rows, &expected, "before the stop");
+    assert!(joiner.terminate().success());
+    // Its events are all from that hour, and it was not quiet for `idle-timeout`.
+    assert!(!marker.exists(), "marked before the joiner could know");
+    Owed {
+        kafka,
+        _dir: dir,
+        events,
+        config,
+        out,
+        expected,
+        marker,
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Restarts the joiner of `owed` and waits for the hour's `_SUCCESS`, the rows unchanged.
+async fn restart_and_expect_the_marker(owed: &Owed) {
+    let joiner = Joiner::start(&owed.config);
+    let marked =
+        featurelog_testkit::eventually(Duration::from_secs(60), || owed.marker.exists()).await;
+    assert!(
+        marked,
+        "{} not written after the restart",
+        owed.marker.display()
+    );
+    check_exact(
+        &read_dataset(&owed.out),
+        &owed.expected,
+        "after the restart",
+    );
+    assert!(joiner.terminate().success());
+}
+
+/// `_SUCCESS` is written by a running joiner: while every joiner is stopped no hour gets it.
+/// The app's traffic went on while the joiner was stopped (one event of now): the restarted
+/// joiner, reading only that, marks the hour it owes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_joiner_marks_the_hours_that_completed_while_it_was_stopped() {
+    let Some(kafka) = kafka("a_restarted_joiner_marks_the_hours_that_completed") else {
+        return;
+    };
+    // Never quiet for long enough here: only the event can complete the hour.
+    let owed = owe_an_hour(kafka, "1h").await;
+    let later = app_event("owed-later", "later", now_ms(), "impression");
+    produce_events(&owed.kafka.config, &owed.events, &[later]).await;
+    restart_and_expect_the_marker(&owed).await;
+}
+
+/// The same with no traffic at all since the stop: the restarted joiner finds its inputs
+/// quiet for `idle-timeout` and marks the hour it owes, with nothing new to read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_joiner_marks_the_hours_it_owes_with_no_new_traffic() {
+    let Some(kafka) = kafka("a_restarted_joiner_marks_the_hours_it_owes_with_no_new_traffic")
+    else {
+        return;
+    };
+    // Long enough for the first run to write its rows and stop before it is quiet that long.
+    let owed = owe_an_hour(kafka, "15s").await;
+    restart_and_expect_the_marker(&owed).await;
+}

@@ -305,3 +305,239 @@ fn a_feature_that_changes_type_never_gives_one_name_two_types_across_files() {
         report.violations
     );
 }
+
+/// The joined rows of one request, impressed on every one of `items` a second after serving.
+fn impressed(log: FeatureLog, items: &[&str]) -> Vec<featurelog_joiner::state::Row> {
+    let mut state = JoinState::new(JoinConfig {
+        features_wait_us: HOUR_US,
+        impressions_wait_us: HOUR_US,
+        label_window_us: None,
+        max_out_of_orderness_us: 0,
+        negatives_rate: 0.0,
+        max_bytes: usize::MAX,
+        event_sources: 1,
+    });
+    let request = log.request_id.clone();
+    let served_us = log.served_at.as_ref().unwrap().seconds * 1_000_000;
+    let mut rows = state.add_features(log);
+    for item in items {
+        rows.extend(state.add_event(event(
+            &request,
+            item,
+            served_us + 1_000_000,
+            EventKind::Impression,
+        )));
+    }
+    assert_eq!(rows.len(), items.len());
+    rows
+}
+
+/// `log` with the feature the allow list gained mid-run: `user_segment`, per request.
+fn with_segment(mut log: FeatureLog, segment: i64) -> FeatureLog {
+    log.features.push(Feature {
+        name: "user_segment".into(),
+        datatype: DataType::Int64 as i32,
+        row_shape: vec![],
+        values: Some(Values {
+            int64_values: vec![segment],
+            ..Default::default()
+        }),
+        per_request: true,
+    });
+    log
+}
+
+/// Stages and commits `rows` as `task`'s `epoch` with the task's watermark at `watermark_us`;
+/// the visible names of its files.
+fn commit_at(
+    dataset: &Dataset,
+    task: &str,
+    epoch: u64,
+    rows: &[featurelog_joiner::state::Row],
+    watermark_us: i64,
+) -> Vec<String> {
+    let staged = dataset.stage(task, epoch, rows, i64::MIN).unwrap();
+    let checkpoint = Checkpoint {
+        task: task.into(),
+        epoch,
+        offsets: [("features".to_string(), 1), ("events".to_string(), 1)].into(),
+        watermark_us,
+        files: staged.files.clone(),
+        state: None,
+        staging: staged.staging,
+    };
+    dataset.commit(&checkpoint).unwrap();
+    dataset.roll_forward(&checkpoint).unwrap();
+    staged.files
+}
+
+/// The README's call for each reader (DuckDB, Polars, pyarrow, pandas, Spark), run as written
+/// (tests/clients/readme_snippets.py) on a dataset whose allow list gained `user_segment`
+/// mid-run: each reads every row exactly once, the new column with nulls in the rows of older
+/// files and its values in the others, without late/ and, with its second snippet, with it.
+/// Beside the rows lie what a real dataset holds: `_SUCCESS`, late rows, `_featurelog/` with
+/// checkpoints, column types and a flush staged but not committed (whose rows no reader and no
+/// `**/*.parquet` glob may see). The files are listed in an order that trips a reader that
+/// takes one file's columns for all: an older file first in the dataset (DuckDB without
+/// `union_by_name` drops the column) and a newer one first in hour 19 (it fails there).
+#[test]
+fn every_reader_s_readme_call_reads_a_grown_schema_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let tasks = ["feature-log-0".to_string(), "feature-log-1".to_string()];
+    let before = |request: &str, served_us: i64, items: &[&str]| {
+        impressed(log(request, served_us, items, "en-US"), items)
+    };
+    let after = |request: &str, served_us: i64, items: &[&str], segment: i64| {
+        impressed(
+            with_segment(log(request, served_us, items, "fr"), segment),
+            items,
+        )
+    };
+    let mut visible = Vec::new();
+    // Hour 18, then 19, from two tasks on the allow list before the change.
+    visible.extend(commit_at(
+        &dataset,
+        &tasks[0],
+        1,
+        &before("r1", T0, &["a", "b", "c"]),
+        T0 + HOUR_US,
+    ));
+    visible.extend(commit_at(
+        &dataset,
+        &tasks[1],
+        1,
+        &before("r2", T0 + HOUR_US, &["a", "b"]),
+        T0 + HOUR_US,
+    ));
+    assert_eq!(
+        dataset.mark_complete(&tasks, 0).unwrap(),
+        ["dt=2025-11-29/hr=18"]
+    );
+    // The allow list gains `user_segment`: rows of hour 19, and one of hour 18, which is late.
+    let mut grown = after("r3", T0 + HOUR_US + 60_000_000, &["a", "b"], 7);
+    grown.extend(after("r4", T0 + 60_000_000, &["z"], 9));
+    visible.extend(commit_at(&dataset, &tasks[0], 2, &grown, T0 + HOUR_US));
+    // A flush staged and never committed (its writer died, or lost its task).
+    let uncommitted = dataset
+        .stage(
+            &tasks[1],
+            2,
+            &after("r5", T0 + HOUR_US, &["q"], 3),
+            i64::MIN,
+        )
+        .unwrap();
+    let staged_file = dir.path().join(format!(
+        "{}/{}.staged",
+        uncommitted.staging.as_deref().unwrap(),
+        uncommitted.files[0]
+    ));
+    assert!(staged_file.exists(), "{staged_file:?}");
+    assert!(
+        visible.iter().any(|f| f.starts_with("late/")),
+        "{visible:?}"
+    );
+
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let read = featurelog_testkit::python_json(
+        "readme_snippets.py",
+        &[
+            readme.as_os_str(),
+            dir.path().as_os_str(),
+            std::ffi::OsStr::new("user_segment"),
+        ],
+        &[],
+    );
+
+    // `**/*.parquet` is exactly the committed files, late ones included.
+    visible.sort();
+    assert_eq!(read["glob"], serde_json::json!(visible), "{read}");
+    let segments = |rows: &[(&str, &str, Option<i64>)]| {
+        serde_json::json!(
+            rows.iter()
+                .map(|(r, i, v)| serde_json::json!([r, i, v]))
+                .collect::<Vec<_>>()
+        )
+    };
+    let on_time = [
+        ("r1", "a", None),
+        ("r1", "b", None),
+        ("r1", "c", None),
+        ("r2", "a", None),
+        ("r2", "b", None),
+        ("r3", "a", Some(7)),
+        ("r3", "b", Some(7)),
+    ];
+    let mut everything = on_time.to_vec();
+    everything.push(("r4", "z", Some(9)));
+    assert_eq!(
+        (&read["dataset_rows"], &read["late_rows"]),
+        (&7.into(), &1.into()),
+        "{read}"
+    );
+    for reader in ["duckdb", "polars", "pyarrow", "pandas", "spark"] {
+        let got = &read[reader];
+        assert_eq!(got["rows"], 7, "{reader}: {got}");
+        assert_eq!(got["hour"], read["hour_rows"], "{reader}: {got}");
+        assert_eq!(got["everything"], 8, "{reader}: {got}");
+        assert_eq!(got["values"], segments(&on_time), "{reader}");
+        assert_eq!(got["everything_values"], segments(&everything), "{reader}");
+        let columns = got["columns"].as_array().unwrap();
+        for column in ["request_id", "item_embedding", "user_segment", "dt", "hr"] {
+            assert!(
+                columns.iter().any(|c| c == column),
+                "{reader}: no {column}: {got}"
+            );
+        }
+    }
+    // The types a training job gets: integers stay integers, with their nulls.
+    assert_eq!(read["duckdb"]["types"]["user_segment"], "BIGINT");
+    assert_eq!(read["duckdb"]["types"]["clicks"], "UINTEGER");
+    assert_eq!(read["pandas"]["types"]["user_segment"], "int64[pyarrow]");
+    assert_eq!(read["pandas"]["types"]["clicks"], "uint32[pyarrow]");
+    assert_eq!(read["spark"]["types"]["user_segment"], "bigint");
+    // What the README says of Polars given the directory: it reads into _featurelog/.
+    let polars = read["polars_root_error"].as_str().unwrap_or_default();
+    assert!(
+        polars.contains("different file extensions") && polars.contains("/_featurelog/"),
+        "{read}"
+    );
+}
+
+/// Writers on an S3-compatible store that add columns at the same moment, each its own
+/// process (its own dataset handle): `_common_metadata` keeps every one of their columns,
+/// because the store refuses a PUT whose `If-Match` ETag is stale.
+#[test]
+fn on_s3_common_metadata_keeps_the_columns_of_writers_adding_them_at_once() {
+    let Some(s3) = featurelog_testkit::s3(
+        "on_s3_common_metadata_keeps_the_columns_of_writers_adding_them_at_once",
+    ) else {
+        return;
+    };
+    let prefix = s3.unique_prefix("common-metadata");
+    let url = format!("s3://{}", s3.bucket);
+    let open =
+        || Dataset::open_object_store(s3.store(), &url, &prefix, SinkOptions::default()).unwrap();
+    const WRITERS: usize = 8;
+    let handles: Vec<Dataset> = (0..WRITERS).map(|_| open()).collect();
+    let barrier = std::sync::Barrier::new(WRITERS);
+    std::thread::scope(|scope| {
+        for (i, dataset) in handles.iter().enumerate() {
+            let barrier = &barrier;
+            scope.spawn(move || {
+                let mut log = log(&format!("r{i}"), T0, &["a"], "en-US");
+                log.features[0].name = format!("user_locale_{i}");
+                let rows = impressed(log, &["a"]);
+                barrier.wait();
+                commit(dataset, &format!("feature-log-{i}"), 1, &rows);
+            });
+        }
+    });
+    let schema = open().common_metadata("").unwrap().unwrap();
+    for i in 0..WRITERS {
+        assert!(
+            schema.field_with_name(&format!("user_locale_{i}")).is_ok(),
+            "{schema:?}"
+        );
+    }
+}

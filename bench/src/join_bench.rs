@@ -65,6 +65,9 @@ struct Args {
     /// state holds about `event-rate x features-wait` requests and its memory is reused.
     #[arg(long, default_value = "1h")]
     features_wait: String,
+    /// The joiner's `join.max-read-ahead`; default: the joiner's.
+    #[arg(long)]
+    max_read_ahead: Option<String>,
     /// The joiner's `output.flush-rows` (rows a task holds before it commits ahead of its
     /// flush interval); default: the joiner's.
     #[arg(long)]
@@ -347,6 +350,78 @@ fn consume_in_own_process(
     Ok((cpu.parse()?, faults.parse()?))
 }
 
+/// One sample of the joiner's course (see `print_course`).
+struct Sample {
+    rows: f64,
+    cpu: f64,
+    rss: usize,
+    state: f64,
+    paused: f64,
+}
+
+/// The run in fifths of the rows written: CPU per row and memory in each, so that growth with
+/// the volume seen shows as rising figures down the table.
+fn print_course(course: &[Sample], rows: usize, out: &std::path::Path) {
+    let hours = walk_hours(out);
+    println!();
+    println!(
+        "course of the run ({rows} rows into {hours} hour directories), by fifths of the rows written:"
+    );
+    println!(
+        "| rows written | CPU us per row | resident MiB at the end (max in the fifth) | join state MiB (max) | samples with a paused partition |"
+    );
+    println!("| --- | --- | --- | --- | --- |");
+    let mut start = (0.0, 0.0);
+    let mut from = 0;
+    for fifth in 1..=5 {
+        let goal = rows as f64 * f64::from(fifth) / 5.0;
+        let Some(end) = course[from..]
+            .iter()
+            .position(|s| s.rows >= goal)
+            .map(|i| from + i)
+        else {
+            break;
+        };
+        let window = &course[from..=end];
+        let (rows, cpu) = (course[end].rows - start.0, course[end].cpu - start.1);
+        let max_rss = window.iter().map(|s| s.rss).max().unwrap_or(0);
+        let max_state = window.iter().map(|s| s.state).fold(0.0, f64::max);
+        let paused = window.iter().filter(|s| s.paused > 0.0).count();
+        println!(
+            "| {:.0}-{:.0} | {:.2} | {:.0} ({:.0}) | {:.1} | {paused} of {} |",
+            start.0,
+            course[end].rows,
+            cpu * 1e6 / rows.max(1.0),
+            course[end].rss as f64 / 1048576.0,
+            max_rss as f64 / 1048576.0,
+            max_state / 1048576.0,
+            window.len()
+        );
+        start = (course[end].rows, course[end].cpu);
+        from = end + 1;
+        if from >= course.len() {
+            break;
+        }
+    }
+}
+
+/// Hour directories (`dt=*/hr=*`) under the dataset root.
+fn walk_hours(root: &std::path::Path) -> usize {
+    let list = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .map(|r| r.filter_map(|e| Some(e.ok()?.path())).collect())
+            .unwrap_or_default()
+    };
+    list(root)
+        .iter()
+        .filter(|d| {
+            d.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("dt="))
+        })
+        .map(|d| list(d).len())
+        .sum()
+}
+
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))
@@ -442,12 +517,15 @@ async fn main() -> anyhow::Result<()> {
     let text = format!(
         "group = \"bench-join-{run}\"\n[kafka]\nbootstrap-servers = \"{}\"\n[input]\nfeatures-topic = \"{features}\"\n\
          events-topic = \"{events}\"\nevents-partitioning = \"{}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"{}\"\n\
-         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n[output]\npath = \"{}\"\nflush-interval = \"{}\"\n{}\
+         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n{}[output]\npath = \"{}\"\nflush-interval = \"{}\"\n{}\
          [metrics]\nlisten = \"{metrics_addr}\"\n[kafka.properties]\n{}",
         args.kafka,
         args.events_partitioning,
         args.features_wait,
         args.held_logs,
+        args.max_read_ahead
+            .as_ref()
+            .map_or_else(String::new, |d| format!("max-read-ahead = \"{d}\"\n")),
         dir.path().join("out").display(),
         args.flush_interval,
         args.flush_rows
@@ -468,11 +546,24 @@ async fn main() -> anyhow::Result<()> {
         .spawn()
         .context("starting the joiner process")?;
     let pid = Some(child.id());
+    // The run's course, sampled every second: a joiner whose cost does not grow with the
+    // volume it has seen uses the same CPU per row and the same memory late in a run as early.
+    let mut course: Vec<Sample> = Vec::new();
+    let mut sampled = Instant::now();
     let measured = async {
         loop {
-            let written = scrape(metrics_addr)
-                .await
-                .map_or(0.0, |t| metric(&t, "featurelog_join_rows_written_total"));
+            let text = scrape(metrics_addr).await.unwrap_or_default();
+            let written = metric(&text, "featurelog_join_rows_written_total");
+            if sampled.elapsed() >= Duration::from_secs(1) || written as usize >= impressions {
+                sampled = Instant::now();
+                course.push(Sample {
+                    rows: written,
+                    cpu: featurelog_bench::process_cpu_seconds(pid),
+                    rss: featurelog_bench::resident_bytes(pid),
+                    state: metric(&text, "featurelog_join_state_bytes"),
+                    paused: metric(&text, "featurelog_join_paused_partitions"),
+                });
+            }
             if written as usize >= impressions {
                 return Ok(());
             }
@@ -490,6 +581,7 @@ async fn main() -> anyhow::Result<()> {
     let join_cpu = featurelog_bench::process_cpu_seconds(pid);
     let join_faults = featurelog_bench::process_minor_faults(pid);
     let join_rss = featurelog_bench::resident_bytes(pid);
+    let join_peak = featurelog_bench::peak_resident_bytes(pid);
     let (librdkafka_cpu, rest_cpu) = featurelog_bench::librdkafka_and_other_cpu(pid);
     let end_metrics = scrape(metrics_addr).await.unwrap_or_default();
     let join_wall = started.elapsed().as_secs_f64();
@@ -544,10 +636,12 @@ async fn main() -> anyhow::Result<()> {
         ),
     );
     println!(
-        "join page faults: {join_faults} ({:.1} MiB of memory fresh from the kernel); resident memory at the end {:.1} MiB",
+        "join page faults: {join_faults} ({:.1} MiB of memory fresh from the kernel); resident memory at the end {:.1} MiB, at its peak {:.1} MiB",
         join_faults as f64 * 4096.0 / 1048576.0,
         join_rss as f64 / 1048576.0,
+        join_peak as f64 / 1048576.0,
     );
+    print_course(&course, impressions, &dir.path().join("out"));
 
     // 2. Memory per buffered request, in a fresh process: this one's allocator keeps the
     // join's freed memory, which would hide the growth.

@@ -49,6 +49,18 @@ pub fn resident_bytes(pid: Option<u32>) -> usize {
         .map_or(0, |pages| pages * 4096)
 }
 
+/// Peak resident memory of process `pid` (`None`: this process) in bytes: `VmHWM` of
+/// `/proc/<pid>/status` (0 where unavailable).
+pub fn peak_resident_bytes(pid: Option<u32>) -> usize {
+    std::fs::read_to_string(proc_path(pid, "status"))
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
 fn proc_path(pid: Option<u32>, file: &str) -> String {
     match pid {
         Some(pid) => format!("/proc/{pid}/{file}"),

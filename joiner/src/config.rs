@@ -240,6 +240,13 @@ pub struct WindowConfig {
     /// the state until the watermark reaches it, years later.
     #[serde(default = "default_max_event_time_ahead", with = "humantime_serde")]
     pub max_event_time_ahead: Duration,
+    /// How far (event time) a task reads one of its inputs ahead of the other: a partition
+    /// further ahead is paused until the other input is within half of this, so that a
+    /// backlog waits in Kafka rather than in the join state (a joiner catching up, a router
+    /// that was down). The state then holds about `features-wait + max-read-ahead` of traffic
+    /// however long the backlog; the rows are the same.
+    #[serde(default = "default_max_read_ahead", with = "humantime_serde")]
+    pub max_read_ahead: Duration,
     /// When an input partition has been read to its end and nothing new came for this long, its
     /// side of the watermark moves to the wall clock (minus `max-out-of-orderness`), so windows
     /// close and hours complete in quiet periods. The router decides it for each events
@@ -290,6 +297,12 @@ pub struct OutputConfig {
     /// group), where a whole interval's reading would otherwise wait in memory.
     #[serde(default = "default_flush_rows")]
     pub flush_rows: usize,
+    /// A task also commits as soon as its rows hold this many bytes (estimated: the rows and
+    /// the feature logs they point at, each log once), before `flush-interval` and
+    /// `flush-rows`: a row keeps its request's whole feature log in memory until it is
+    /// written, and logs of many candidates make a few rows hold a lot.
+    #[serde(default = "default_flush_bytes")]
+    pub flush_bytes: usize,
     /// Rows per Parquet row group.
     #[serde(default = "default_row_group_rows")]
     pub row_group_rows: usize,
@@ -448,6 +461,9 @@ fn default_impressions_wait() -> Duration {
 fn default_max_event_time_ahead() -> Duration {
     Duration::from_secs(24 * 3600)
 }
+fn default_max_read_ahead() -> Duration {
+    Duration::from_secs(30)
+}
 fn default_out_of_orderness() -> Duration {
     Duration::from_secs(5)
 }
@@ -464,6 +480,9 @@ fn default_flush_interval() -> Duration {
 pub const DEFAULT_FLUSH_ROWS: usize = 200_000;
 fn default_flush_rows() -> usize {
     DEFAULT_FLUSH_ROWS
+}
+fn default_flush_bytes() -> usize {
+    64 << 20
 }
 fn default_row_group_rows() -> usize {
     64 * 1024
@@ -483,6 +502,7 @@ impl Default for WindowConfig {
             label_window: None,
             max_out_of_orderness: default_out_of_orderness(),
             max_event_time_ahead: default_max_event_time_ahead(),
+            max_read_ahead: default_max_read_ahead(),
             idle_timeout: default_idle_timeout(),
             negatives_sample_rate: 0.0,
             state_max_bytes: default_state_bytes(),
@@ -553,6 +573,9 @@ impl JoinerConfig {
         if config.output.flush_rows == 0 {
             return Err(err("output.flush-rows must be at least 1".into()));
         }
+        if config.output.flush_bytes == 0 {
+            return Err(err("output.flush-bytes must be at least 1".into()));
+        }
         if let Err(e) = parquet::basic::ZstdLevel::try_new(config.output.zstd_level) {
             return Err(err(format!(
                 "output.zstd-level {} is not a level the Parquet writer accepts: {e}",
@@ -570,6 +593,9 @@ impl JoinerConfig {
         }
         if config.output.flush_interval.is_zero() {
             return Err(err("output.flush-interval must be longer than zero".into()));
+        }
+        if j.max_read_ahead.is_zero() {
+            return Err(err("join.max-read-ahead must be longer than zero".into()));
         }
         if j.max_event_time_ahead.is_zero() {
             return Err(err(

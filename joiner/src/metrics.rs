@@ -54,6 +54,9 @@ pub struct JoinMetrics {
     pub state_bytes: Gauge,
     /// Requests whose features are held.
     pub buffered_requests: Gauge,
+    /// Input partitions paused because they are more than `join.max-read-ahead` ahead of
+    /// their task's other input.
+    pub paused_partitions: Gauge,
     /// The lowest task watermark, in seconds since the epoch.
     pub watermark_seconds: Gauge<i64, AtomicI64>,
 }
@@ -82,6 +85,7 @@ impl JoinMetrics {
             tasks: Gauge::default(),
             state_bytes: Gauge::default(),
             buffered_requests: Gauge::default(),
+            paused_partitions: Gauge::default(),
             watermark_seconds: Gauge::default(),
         };
         r.register(
@@ -130,6 +134,11 @@ impl JoinMetrics {
             "buffered_requests",
             "Requests whose features are held",
             m.buffered_requests.clone(),
+        );
+        r.register(
+            "paused_partitions",
+            "Input partitions paused: more than join.max-read-ahead ahead of their task's other input",
+            m.paused_partitions.clone(),
         );
         r.register(
             "watermark_seconds",

@@ -17,12 +17,13 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
+use crate::align::Input;
 use crate::config::{EventFormat, EventsPartitioning, HeldLogs, JoinerConfig};
 use crate::dead_letter::{DEAD_LETTER_WAIT, dead_letter, dead_letter_bytes, in_future};
 use crate::event::{self, Event, EventKind};
 use crate::metrics::JoinMetrics;
 use crate::sink::{Checkpoint, Dataset, SinkError};
-use crate::state::{JoinState, Row};
+use crate::state::JoinState;
 
 /// Why the joiner stopped.
 #[derive(Debug, thiserror::Error)]
@@ -880,6 +881,19 @@ fn read_to_end(context: &JoinContext, topic: &str, partition: i32, next: i64) ->
         .is_some_and(|(low, high)| next >= high || low == high)
 }
 
+/// Whether records from `next` on may be left in the partition: its end as the consumer's last
+/// statistics saw it (see [`JoinContext`]) is further on, or no statistics have shown it yet
+/// (a task that starts on a backlog reads it within the first interval; they come every
+/// second).
+fn has_unread(context: &JoinContext, topic: &str, partition: i32, next: i64) -> bool {
+    context
+        .ends
+        .lock()
+        .ok()
+        .and_then(|ends| ends.get(&(topic.to_owned(), partition)).copied())
+        .is_none_or(|(low, high)| next < high && low < high)
+}
+
 /// The committed offset of a partition the router has read nothing of (its low watermark when
 /// none is committed, as `auto.offset.reset = earliest` reads it).
 fn start_offset(
@@ -1343,13 +1357,15 @@ struct Task {
     /// The watermark of the task's newest checkpoint (`i64::MIN` before the first): rows
     /// staged for hours it has already declared complete go to the late area.
     committed_watermark_us: i64,
-    rows: Vec<Row>,
+    rows: crate::buffer::Rows,
     dirty: bool,
     /// The state's counts as last added to the metrics.
     reported: crate::state::Counts,
     /// State files the last checkpoint reads (its own and its segments), by name: kept through
     /// the next commit for a process that is still restoring from it.
     last_state_files: Vec<String>,
+    /// Whether its partitions are paused for being read ahead of each other.
+    alignment: crate::align::Alignment,
 }
 
 /// The checkpoint key of a task's events offset. The two settings of
@@ -1545,9 +1561,10 @@ fn recover(
         next,
         epoch,
         committed_watermark_us,
-        rows: Vec::new(),
+        rows: crate::buffer::Rows::default(),
         dirty: false,
         reported: crate::state::Counts::default(),
+        alignment: crate::align::Alignment::default(),
     })
 }
 
@@ -1606,7 +1623,7 @@ fn flush(
     }
     let epoch = task.epoch + 1;
     let complete_before = task.committed_watermark_us.saturating_sub(completeness_lag);
-    let staged = dataset.stage(&task.name, epoch, &task.rows, complete_before)?;
+    let staged = dataset.stage(&task.name, epoch, task.rows.as_slice(), complete_before)?;
     let staged_late = staged.late_rows;
     if staged.late_rows > 0 {
         tracing::warn!(task = %task.name, rows = staged.late_rows, "rows for hours already complete written under late/");
@@ -1664,7 +1681,12 @@ fn flush(
     }
     task.last_state_files = snapshot.files.into_iter().chain([state]).collect();
     metrics.commits.inc();
-    metrics.rows_written(task.rows.iter().map(|r| r.features.model_name.as_str()));
+    metrics.rows_written(
+        task.rows
+            .as_slice()
+            .iter()
+            .map(|r| r.features.model_name.as_str()),
+    );
     metrics.late_rows.inc_by(staged_late as u64);
     tracing::debug!(task = %task.name, epoch, rows = task.rows.len(), "committed");
     task.epoch = epoch;
@@ -1703,7 +1725,14 @@ async fn join(
         &config.group,
         &[&features_topic, &events_input],
         // Same-numbered partitions of the two topics go to the same member.
-        &[("partition.assignment.strategy", "range")],
+        // A partition resumed after read-ahead alignment paused it (crate::align) waits for
+        // the fetch in flight to its broker, which the broker holds up to fetch.wait.max.ms when
+        // the other partition has nothing new: at librdkafka's 500 ms, catching up on a backlog
+        // took a pause per half second. Raw settings in [kafka.properties] still win.
+        &[
+            ("partition.assignment.strategy", "range"),
+            ("fetch.wait.max.ms", "100"),
+        ],
         (
             "creating the join consumer",
             "subscribing to the join inputs",
@@ -1724,6 +1753,8 @@ async fn join(
         j.features_wait_us
             .saturating_add(j.label_window_us.unwrap_or(0))
     };
+    let max_ahead_us = i64::try_from(config.join.max_read_ahead.as_micros()).unwrap_or(i64::MAX);
+    let features_wait_us = i64::try_from(config.join.features_wait.as_micros()).unwrap_or(i64::MAX);
     let mut tick = tokio::time::interval(config.output.flush_interval);
     let mut partitions_checked = std::time::Instant::now();
     let mut markers: Option<tokio::task::JoinHandle<Result<Vec<String>, SinkError>>> = None;
@@ -1818,6 +1849,15 @@ async fn join(
                         }
                     }
                 }
+                let mut paused = 0;
+                for (p, task) in tasks.iter_mut() {
+                    let next = task.next;
+                    let unread = |input: Input| has_unread(consumer.context(), [&features_topic, &events_input][input as usize], *p, next[input as usize]);
+                    let changes = task.alignment.decide(&task.state.input_times(), max_ahead_us, features_wait_us, unread);
+                    crate::align::apply(&consumer, [&features_topic, &events_input], *p, &changes);
+                    paused += [Input::Features, Input::Events].iter().filter(|&&i| task.alignment.is_paused(i)).count();
+                }
+                metrics.paused_partitions.set(paused as i64);
                 let mut fenced = Vec::new();
                 for (p, task) in tasks.iter_mut() {
                     if !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics, &dead_letters))? {
@@ -2006,7 +2046,11 @@ async fn join(
                     }
                 };
                 task.rows.extend(rows);
-                if task.rows.len() >= config.output.flush_rows
+                let next = task.next;
+                let unread = |input: Input| has_unread(consumer.context(), [&features_topic, &events_input][input as usize], p, next[input as usize]);
+                let changes = task.alignment.decide(&task.state.input_times(), max_ahead_us, features_wait_us, unread);
+                crate::align::apply(&consumer, [&features_topic, &events_input], p, &changes);
+                if (task.rows.len() >= config.output.flush_rows || task.rows.bytes() >= config.output.flush_bytes)
                     && !tokio::task::block_in_place(|| flush(&dataset, task, partitioning, completeness_lag, &metrics, &dead_letters))?
                 {
                     tasks.remove(&p);

@@ -17,9 +17,11 @@
 //!
 //! Datasets written before staging was per writer may hold `.part-*.parquet.pending` files beside
 //! their visible names, and checkpoints without [`Checkpoint::staging`] that roll forward from
-//! them. Readers (Spark, pyarrow, Polars) skip names that start with `.` or `_`, so staged files
-//! and `_featurelog/` are invisible to them; on an object store a data object does not exist
-//! under its visible name until its copy completes.
+//! them. Readers skip names that start with `.` or `_` (Spark, pyarrow, pandas) or read a
+//! `*.parquet` glob (DuckDB, Polars), so staged files (`*.parquet.staged` under `_featurelog/`)
+//! and the bookkeeping are invisible to them; on an object store a data object does not exist
+//! under its visible name until its copy completes. `_common_metadata` (common_metadata.rs)
+//! holds every column of the data files, for readers.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File};
@@ -36,9 +38,13 @@ use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{OutputConfig, OutputLocation};
+use crate::paths;
 use crate::rows::{ColumnRegistry, hour_partition, to_record_batch};
 use crate::state::Row;
 use arrow_schema::ArrowError;
+
+mod common_metadata;
+pub use common_metadata::COMMON_METADATA;
 
 /// What went wrong with the dataset, with the path concerned.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +96,17 @@ pub enum SinkError {
         task: String,
         /// The epoch.
         epoch: u64,
+    },
+    /// A local `output.path` lies under (or is) a regular file, so its directory cannot be
+    /// created: said once, at start-up, naming the file (see [`crate::paths`]).
+    #[error(
+        "output.path {root}: {file} is a regular file, not a directory, so the dataset cannot be created there; point output.path at a directory (or move the file away)"
+    )]
+    NotADirectory {
+        /// The dataset's root.
+        root: PathBuf,
+        /// The regular file in the way.
+        file: PathBuf,
     },
     /// A checkpoint cannot be read, or names a file that is gone.
     #[error("checkpoint {path}: {problem}")]
@@ -207,6 +224,8 @@ pub struct Dataset {
     /// The kinds of the column names this process has claimed or read (`_featurelog/columns/`,
     /// see [`ColumnRegistry`]): a claim never changes, so each name costs one request per process.
     columns: Arc<std::sync::Mutex<HashMap<String, String>>>,
+    /// The columns this process has seen in the dataset's `_common_metadata` files.
+    common_metadata: Arc<common_metadata::Covered>,
 }
 
 #[derive(Debug, Default)]
@@ -271,6 +290,28 @@ trait Storage: std::fmt::Debug + Send + Sync {
     fn check(&self) -> Result<(), SinkError> {
         Ok(())
     }
+    /// Replaces `relative` with what `update` makes of its content, with no other writer's
+    /// update in between (common_metadata.rs). The default is for storages of one writer.
+    fn update(
+        &self,
+        relative: &str,
+        update: &mut common_metadata::Update<'_>,
+    ) -> Result<(), SinkError> {
+        let current = if self.exists(relative)? {
+            Some(self.get(relative)?)
+        } else {
+            None
+        };
+        match update(current.as_deref())? {
+            Some(bytes) => self.put(relative, bytes),
+            None => Ok(()),
+        }
+    }
+    /// The last `len` bytes of a file (all of a shorter one).
+    fn tail(&self, relative: &str, len: usize) -> Result<Vec<u8>, SinkError> {
+        let bytes = self.get(relative)?;
+        Ok(bytes[bytes.len().saturating_sub(len)..].to_vec())
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SinkError> {
@@ -308,7 +349,7 @@ fn create_dirs(dir: &Path) -> Result<(), SinkError> {
 
 /// Where a writer stages a task's files of `epoch`, relative to the root.
 fn staging_prefix(task: &str, epoch: u64, writer: &str) -> String {
-    format!("_featurelog/staging/{}/{epoch:020}-{writer}", safe(task))
+    format!("{}/{}/{epoch:020}-{writer}", paths::STAGING, safe(task))
 }
 
 /// The epoch of a staging directory's name (`<epoch>-<writer>`).
@@ -346,7 +387,7 @@ fn state_epoch(file: &str) -> Option<u64> {
 }
 
 fn state_dir(task: &str) -> String {
-    format!("_featurelog/state/{}", safe(task))
+    format!("{}/{}", paths::STATE, safe(task))
 }
 
 fn new_writer() -> String {
@@ -402,7 +443,7 @@ fn path_segment(name: &str, escape: u8) -> String {
 pub const MODEL_PARTITION: &str = "model";
 
 /// Task names become file-name parts: anything but letters, digits, `-` and `_` becomes `_`.
-fn safe(task: &str) -> String {
+pub(crate) fn safe(task: &str) -> String {
     task.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -426,6 +467,18 @@ struct Local {
 impl Storage for Local {
     fn describe(&self, relative: &str) -> PathBuf {
         self.root.join(relative)
+    }
+
+    fn update(
+        &self,
+        relative: &str,
+        update: &mut common_metadata::Update<'_>,
+    ) -> Result<(), SinkError> {
+        common_metadata::update_local(self, relative, update)
+    }
+
+    fn tail(&self, relative: &str, len: usize) -> Result<Vec<u8>, SinkError> {
+        common_metadata::tail_local(self, relative, len)
     }
 
     fn staging(&self, task: &str, epoch: u64) -> Option<String> {
@@ -536,9 +589,7 @@ impl Storage for Local {
         // so they were either its writer's (and are all visible now) or a loser's. Later ones
         // may belong to a live writer about to commit, and are left to the recovery that
         // follows its commit.
-        let dir = self
-            .root
-            .join(format!("_featurelog/staging/{}", safe(task)));
+        let dir = self.root.join(format!("{}/{}", paths::STAGING, safe(task)));
         match fs::read_dir(&dir) {
             Ok(entries) => {
                 for entry in entries {
@@ -714,6 +765,18 @@ impl Storage for Remote {
         PathBuf::from(self.location(&self.key(relative)))
     }
 
+    fn update(
+        &self,
+        relative: &str,
+        update: &mut common_metadata::Update<'_>,
+    ) -> Result<(), SinkError> {
+        common_metadata::update_remote(self, relative, update)
+    }
+
+    fn tail(&self, relative: &str, len: usize) -> Result<Vec<u8>, SinkError> {
+        common_metadata::tail_remote(self, relative, len)
+    }
+
     fn staging(&self, task: &str, epoch: u64) -> Option<String> {
         Some(staging_prefix(task, epoch, &self.writer))
     }
@@ -807,7 +870,7 @@ impl Storage for Remote {
         // Staged epochs at or below the newest checkpoint can never be committed (that epoch
         // exists); later ones may belong to a live writer about to commit, and are left to the
         // recovery that follows its commit or its death.
-        let dir = format!("_featurelog/staging/{}", safe(task));
+        let dir = format!("{}/{}", paths::STAGING, safe(task));
         let base = self.key(&dir);
         for key in self.list_all(&dir)? {
             let epoch = key
@@ -883,7 +946,10 @@ impl Dataset {
     /// A dataset rooted at the local directory `root` (created if missing).
     pub fn open(root: impl Into<PathBuf>, options: SinkOptions) -> Result<Self, SinkError> {
         let root = root.into();
-        fs::create_dir_all(root.join("_featurelog/checkpoints")).map_err(io("create", &root))?;
+        fs::create_dir_all(root.join(paths::CHECKPOINTS)).map_err(|e| {
+            // ENOTDIR names neither the file nor the setting: say which file is in the way.
+            paths::file_in_the_way(&root).unwrap_or_else(|| io("create", &root)(e))
+        })?;
         let writer = new_writer();
         Ok(Self {
             storage: Arc::new(Local {
@@ -896,6 +962,7 @@ impl Dataset {
             oldest: Arc::default(),
             writer,
             columns: Arc::default(),
+            common_metadata: Arc::default(),
         })
     }
 
@@ -935,6 +1002,7 @@ impl Dataset {
             oldest: Arc::default(),
             writer,
             columns: Arc::default(),
+            common_metadata: Arc::default(),
         })
     }
 
@@ -951,7 +1019,8 @@ impl Dataset {
             url: output.path.display().to_string(),
             problem,
         };
-        match output.location().map_err(unsupported)? {
+        // The one resolution of output.path, which `featurelog join --check-config` prints.
+        match paths::DatasetPaths::resolve(output)?.location().clone() {
             OutputLocation::Local(path) => Self::open(path, options),
             OutputLocation::S3 { bucket, prefix } => {
                 let store = output.build_s3(&bucket).map_err(unsupported)?;
@@ -972,7 +1041,7 @@ impl Dataset {
     }
 
     fn checkpoint_dir(&self, task: &str) -> String {
-        format!("_featurelog/checkpoints/{}", safe(task))
+        format!("{}/{}", paths::CHECKPOINTS, safe(task))
     }
 
     fn checkpoint_name(&self, task: &str, epoch: u64) -> String {
@@ -1109,7 +1178,7 @@ impl Dataset {
             let finished = hour.saturating_add(1).saturating_mul(HOUR_US) <= complete_before_us;
             let dir = if finished || self.storage.exists(&format!("{hour_dir}/{SUCCESS}"))? {
                 staged.late_rows += rows.len();
-                format!("late/{hour_dir}")
+                format!("{}/{hour_dir}", paths::LATE)
             } else {
                 hour_dir
             };
@@ -1167,11 +1236,7 @@ impl Dataset {
             serde_json::json!({ "partition-columns": columns }).to_string()
         };
         if !self.storage.exists(name)? {
-            let written = !self
-                .storage
-                .children("_featurelog/checkpoints")?
-                .0
-                .is_empty();
+            let written = !self.storage.children(paths::CHECKPOINTS)?.0.is_empty();
             let by_model = self.options.partition_by_model && !written;
             if self.storage.create(name, record(by_model).into_bytes())? {
                 return Ok(by_model);
@@ -1449,6 +1514,9 @@ impl Dataset {
             },
             e => encode(&e),
         })?;
+        // Before the file can be committed, so that `_common_metadata` never lacks its columns.
+        self.common_metadata
+            .cover(&*self.storage, visible, batch.schema_ref())?;
         let level = ZstdLevel::try_new(self.options.zstd_level).map_err(|e| encode(&e))?;
         // Ids are nearly unique per row: a dictionary of them saves nothing that zstd does not,
         // and costs a hash per id. Feature columns keep theirs (categorical values coded as
@@ -1686,7 +1754,8 @@ mod tests {
                     if !name.starts_with('_') {
                         dirs.push(e.path());
                     }
-                } else if !name.starts_with('.') {
+                // `_common_metadata` holds no rows (common_metadata.rs has its own tests).
+                } else if !name.starts_with('.') && name != COMMON_METADATA {
                     out.push(
                         e.path()
                             .strip_prefix(root)

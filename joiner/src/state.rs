@@ -240,6 +240,21 @@ const ENTRY_BYTES: usize = 1024;
 /// lists, built on the first lookup.
 const CANDIDATE_BYTES: usize = 16;
 
+/// How far a task's inputs have been read, in event time (see [`JoinState::input_times`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputTimes {
+    /// The newest served time of the feature logs read, or where the partition was declared
+    /// quiet if later; `None` before either.
+    pub features: Option<i64>,
+    /// The events' progress (the lowest over the events partitions), once each has reported:
+    /// what the watermark waits for.
+    pub events: Option<i64>,
+    /// The newest time of the events read: how far their input has been read.
+    pub events_read: Option<i64>,
+    /// The served time of the oldest feature log held.
+    pub oldest_held: Option<i64>,
+}
+
 /// The join state of one task.
 pub struct JoinState {
     config: JoinConfig,
@@ -254,6 +269,8 @@ pub struct JoinState {
     /// one of them is late, never a second row.
     emitted: HashMap<String, HashSet<String>>,
     max_features_us: i64,
+    /// The newest time of the events read (not persisted: only read-ahead alignment uses it).
+    max_event_us: i64,
     /// Event time up to which each events-topic partition has been routed (see
     /// [`JoinState::source_progress`]).
     sources: BTreeMap<i32, i64>,
@@ -320,6 +337,7 @@ impl JoinState {
             waiting: HashMap::default(),
             emitted: HashMap::default(),
             max_features_us: i64::MIN,
+            max_event_us: i64::MIN,
             sources: BTreeMap::new(),
             features_idle_us: i64::MIN,
             watermark_us: i64::MIN,
@@ -369,6 +387,26 @@ impl JoinState {
         let mut out = Vec::new();
         self.advance_into(&mut out);
         out
+    }
+
+    /// How far the inputs have been read, in event time, without the out-of-orderness
+    /// allowance: what read-ahead alignment compares (crate::align).
+    pub fn input_times(&self) -> InputTimes {
+        let known = |t: i64| (t != i64::MIN).then_some(t);
+        let events = if self.sources.len() < self.config.event_sources as usize {
+            None
+        } else {
+            self.sources.values().min().copied().and_then(known)
+        };
+        InputTimes {
+            features: known(self.max_features_us.max(self.features_idle_us)),
+            events,
+            events_read: known(self.max_event_us),
+            oldest_held: self
+                .feature_expiry
+                .first()
+                .map(|(at, _)| at.saturating_sub(self.config.features_wait_us)),
+        }
     }
 
     /// Estimated bytes held.
@@ -444,6 +482,7 @@ impl JoinState {
             labels,
             event_id,
         } = event;
+        self.max_event_us = self.max_event_us.max(time_us);
         if self
             .emitted
             .get(&request_id)

@@ -1,0 +1,340 @@
+//! Read-ahead alignment: keeps a task's two inputs, its feature-log partition and its events
+//! partition, within `join.max-read-ahead` of each other in event time.
+//!
+//! A task holds each feature log until the events' side of the watermark passes its window.
+//! When one input is read far ahead of the other (a joiner catching up on a backlog, where the
+//! router still has to move the events while the feature logs are there to read; a router
+//! that was down), everything read ahead waits in memory: the state grows with the backlog,
+//! not with the traffic, and its churn costs CPU per record. Kafka is the better buffer. So a
+//! partition that runs more than `max-read-ahead` ahead of the other input is paused, and
+//! resumed once the other input is within half of that (the gap keeps a partition from being
+//! paused and resumed on every record), and only while that other input has records left to
+//! read, so that it catches up by reading them. The inputs never both pause. The rows do not
+//! change: the join runs on event time, whatever the order in which records are read.
+
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
+
+use crate::state::InputTimes;
+
+/// The two inputs of a task, in the order of `Task::next`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// The feature-log partition.
+    Features = 0,
+    /// The events partition (the repartition topic's, or the co-partitioned events topic's).
+    Events = 1,
+}
+
+/// What to tell the consumer about one of a task's partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Stop fetching it.
+    Pause(Input),
+    /// Fetch it again.
+    Resume(Input),
+}
+
+/// Whether a task's partitions are paused, as last told to the consumer.
+#[derive(Debug, Clone, Default)]
+pub struct Alignment {
+    /// `None` until the first decision: a task that replaces another of the same partition
+    /// (after a fence) does not know what the consumer was last told, so its first decision is
+    /// said whatever it is.
+    paused: [Option<bool>; 2],
+}
+
+impl Alignment {
+    /// The changes that keep the inputs within `max_ahead_us` of each other, given where they
+    /// are; records them as made. `features_wait_us` places the events' side while it is not
+    /// known yet (see [`behind`]).
+    pub fn decide(
+        &mut self,
+        times: &InputTimes,
+        max_ahead_us: i64,
+        features_wait_us: i64,
+        has_unread: impl Fn(Input) -> bool,
+    ) -> Vec<Change> {
+        // Feature logs are measured against the events' progress, which decides when they
+        // leave the state; events against the feature logs read, which they wait for.
+        let features = self.next(
+            Input::Features,
+            lead(times.features, behind(times, features_wait_us)),
+            max_ahead_us,
+            || has_unread(Input::Events),
+        );
+        // The events' progress can only move while their input is read: with the feature logs
+        // paused for it, the events never pause.
+        let events_lead = if features {
+            None
+        } else {
+            lead(times.events_read, times.features)
+        };
+        let events = self.next(Input::Events, events_lead, max_ahead_us, || {
+            has_unread(Input::Features)
+        });
+        let mut changes = Vec::new();
+        for (input, pause) in [(Input::Features, features), (Input::Events, events)] {
+            if self.paused[input as usize] != Some(pause) {
+                self.paused[input as usize] = Some(pause);
+                changes.push(if pause {
+                    Change::Pause(input)
+                } else {
+                    Change::Resume(input)
+                });
+            }
+        }
+        changes
+    }
+
+    /// Whether `input` should be paused, `lead` ahead of the other input: past the bound it is,
+    /// within half of it it is not, and in between it stays as it is. Only while the other
+    /// input has records left to read (`other_unread`, asked only then): it catches up by
+    /// reading them. An input read to its end moves by its idle timeout or by new records,
+    /// which may be long in coming; pausing against it would hold back rows that could be
+    /// joined now (an impression whose click, minutes of event time later, is already read).
+    fn next(
+        &self,
+        input: Input,
+        lead: Option<i64>,
+        max_ahead_us: i64,
+        other_unread: impl FnOnce() -> bool,
+    ) -> bool {
+        let wanted = match lead {
+            Some(lead) if lead > max_ahead_us => true,
+            Some(lead) if lead > max_ahead_us / 2 => self.paused[input as usize].unwrap_or(false),
+            _ => false,
+        };
+        wanted && other_unread()
+    }
+
+    /// Whether the input is paused.
+    pub fn is_paused(&self, input: Input) -> bool {
+        self.paused[input as usize] == Some(true)
+    }
+}
+
+/// Tells `consumer` the changes for a task's partitions `partition` of `topics` (feature logs,
+/// events). A change the consumer refuses (the partition was revoked meanwhile) is logged: the
+/// next owner starts unpaused.
+pub fn apply<C: ConsumerContext>(
+    consumer: &StreamConsumer<C>,
+    topics: [&str; 2],
+    partition: i32,
+    changes: &[Change],
+) {
+    for change in changes {
+        let (input, pause) = match *change {
+            Change::Pause(input) => (input, true),
+            Change::Resume(input) => (input, false),
+        };
+        let mut list = TopicPartitionList::new();
+        list.add_partition(topics[input as usize], partition);
+        let done = if pause {
+            consumer.pause(&list)
+        } else {
+            consumer.resume(&list)
+        };
+        match done {
+            Ok(()) if pause => tracing::debug!(
+                topic = topics[input as usize],
+                partition,
+                "paused: read ahead of the task's other input"
+            ),
+            Ok(()) => {}
+            Err(err) => {
+                tracing::warn!(%err, topic = topics[input as usize], partition, pause, "pausing or resuming a partition")
+            }
+        }
+    }
+}
+
+fn lead(ahead: Option<i64>, other: Option<i64>) -> Option<i64> {
+    Some(ahead?.saturating_sub(other?))
+}
+
+/// The events' side that feature logs are measured against: how far the events have been read,
+/// or, before every events partition has reported, where it would have to be for the oldest
+/// feature log held to be due (its served time plus `features-wait`): a task starting on a
+/// backlog then reads `max-read-ahead` of feature logs past that, not the whole backlog, while
+/// the router catches up.
+fn behind(times: &InputTimes, features_wait_us: i64) -> Option<i64> {
+    times.events.or_else(|| {
+        times
+            .oldest_held
+            .map(|served| served.saturating_add(features_wait_us))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000;
+
+    /// Events read as far as their progress.
+    fn times(features: Option<i64>, events: Option<i64>, oldest_held: Option<i64>) -> InputTimes {
+        InputTimes {
+            features,
+            events,
+            events_read: events,
+            oldest_held,
+        }
+    }
+
+    #[test]
+    fn a_new_task_says_where_both_partitions_stand() {
+        let mut a = Alignment::default();
+        let changes = a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true);
+        assert_eq!(
+            changes,
+            vec![
+                Change::Resume(Input::Features),
+                Change::Resume(Input::Events)
+            ]
+        );
+        assert!(
+            a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn feature_logs_far_ahead_of_the_events_pause_until_half_the_bound() {
+        let mut a = Alignment::default();
+        a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true);
+        assert_eq!(
+            a.decide(
+                &times(Some(131 * S), Some(100 * S), None),
+                30 * S,
+                600 * S,
+                |_| true
+            ),
+            vec![Change::Pause(Input::Features)]
+        );
+        assert!(a.is_paused(Input::Features));
+        // Within the bound but not yet within half of it: still paused.
+        assert!(
+            a.decide(
+                &times(Some(131 * S), Some(110 * S), None),
+                30 * S,
+                600 * S,
+                |_| true
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            a.decide(
+                &times(Some(131 * S), Some(117 * S), None),
+                30 * S,
+                600 * S,
+                |_| true
+            ),
+            vec![Change::Resume(Input::Features)]
+        );
+    }
+
+    #[test]
+    fn events_far_ahead_of_the_feature_logs_pause() {
+        let mut a = Alignment::default();
+        a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true);
+        assert_eq!(
+            a.decide(
+                &times(Some(100 * S), Some(140 * S), None),
+                30 * S,
+                600 * S,
+                |_| true
+            ),
+            vec![Change::Pause(Input::Events)]
+        );
+        assert!(!a.is_paused(Input::Features));
+    }
+
+    #[test]
+    fn before_the_events_report_feature_logs_are_read_a_window_and_the_bound_ahead() {
+        let mut a = Alignment::default();
+        a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true);
+        // Oldest held served at 0: due at 600 s; read up to 630 s.
+        assert!(
+            a.decide(
+                &times(Some(620 * S), None, Some(0)),
+                30 * S,
+                600 * S,
+                |_| true
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            a.decide(
+                &times(Some(640 * S), None, Some(0)),
+                30 * S,
+                600 * S,
+                |_| true
+            ),
+            vec![Change::Pause(Input::Features)]
+        );
+    }
+
+    #[test]
+    fn events_read_ahead_of_their_progress_pause_only_while_the_feature_logs_read() {
+        let mut a = Alignment::default();
+        // One events partition's progress lags: the events read are 100 s ahead of the
+        // feature logs, which are 50 s ahead of the progress.
+        let lagging = InputTimes {
+            features: Some(150 * S),
+            events: Some(100 * S),
+            events_read: Some(250 * S),
+            oldest_held: None,
+        };
+        a.decide(&lagging, 30 * S, 600 * S, |_| true);
+        assert!(a.is_paused(Input::Features));
+        assert!(
+            !a.is_paused(Input::Events),
+            "the progress needs the events read"
+        );
+    }
+
+    #[test]
+    fn an_input_read_to_its_end_holds_nothing_back() {
+        let mut a = Alignment::default();
+        a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true);
+        // An impression and its click ten minutes later, both read; no more feature logs.
+        let far = times(Some(0), Some(600 * S), None);
+        assert!(
+            a.decide(&far, 30 * S, 600 * S, |i| i == Input::Events)
+                .is_empty()
+        );
+        assert!(!a.is_paused(Input::Events));
+        // While feature logs are left to read, the events wait for them.
+        assert_eq!(
+            a.decide(&far, 30 * S, 600 * S, |_| true),
+            vec![Change::Pause(Input::Events)]
+        );
+        // Once they are all read, the events go on.
+        assert_eq!(
+            a.decide(&far, 30 * S, 600 * S, |i| i == Input::Events),
+            vec![Change::Resume(Input::Events)]
+        );
+    }
+
+    #[test]
+    fn the_inputs_never_both_pause() {
+        let mut a = Alignment::default();
+        for f in (0..200).step_by(7) {
+            for e in (0..200).step_by(11) {
+                for read in [0, 40, 90] {
+                    for oldest in [None, Some(0), Some(150 * S)] {
+                        let t = InputTimes {
+                            features: Some(f * S),
+                            events: Some(e * S),
+                            events_read: Some((e + read) * S),
+                            oldest_held: oldest,
+                        };
+                        a.decide(&t, 10 * S, 60 * S, |_| true);
+                        assert!(!(a.is_paused(Input::Features) && a.is_paused(Input::Events)));
+                    }
+                }
+            }
+        }
+    }
+}
