@@ -22,8 +22,8 @@ enum Format {
 
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
-    /// Served features: a Parquet or CSV file, or a directory of them (hive partitions
-    /// included), usually the joiner's output; or `s3://bucket/prefix` (S3 settings and
+    /// Served features: a Parquet, CSV or TSV file (`.csv.gz` and `.tsv.gz` too), or a
+    /// directory of them (hive partitions included), usually the joiner's output; or `s3://bucket/prefix` (S3 settings and
     /// credentials from the environment, as the AWS tools read them).
     #[arg(long, value_name = "PATH")]
     served: PathBuf,

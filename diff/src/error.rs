@@ -28,7 +28,7 @@ pub enum DiffError {
     },
     /// With `complete_only`, a path holds data files only in directories not marked complete.
     #[error(
-        "{path}: no .parquet or .csv files in a directory marked complete (_SUCCESS in it or above it); {skipped} elsewhere were skipped (--complete-only)"
+        "{path}: no data files in a directory marked complete (_SUCCESS in it or above it); {skipped} elsewhere were skipped (--complete-only)"
     )]
     NoCompleteInput {
         /// The path.
@@ -36,10 +36,20 @@ pub enum DiffError {
         /// Data files skipped.
         skipped: usize,
     },
-    /// A path holds no Parquet or CSV file (directories are searched recursively).
-    #[error("{path}: no .parquet or .csv files found")]
+    /// A path holds no data file (directories are searched recursively).
+    #[error(
+        "{path}: no .parquet or .csv files found (nor .csv.gz, .tsv, .tsv.gz, or extensionless Parquet files such as Hive's 000000_0)"
+    )]
     NoInput {
         /// The path given.
+        path: PathBuf,
+    },
+    /// A file whose name says neither Parquet nor CSV/TSV, and that is not Parquet.
+    #[error(
+        "{path}: not a Parquet file (it does not start with PAR1), and its name says no other format (.csv, .csv.gz, .tsv, .tsv.gz)"
+    )]
+    UnknownFormat {
+        /// The file.
         path: PathBuf,
     },
     /// A Parquet file could not be decoded.
@@ -100,9 +110,32 @@ pub enum DiffError {
         /// Its Arrow type.
         data_type: String,
     },
-    /// The options are inconsistent (no key, a rename naming no column, ...).
+    /// The options are inconsistent (no key, ...).
     #[error("{0}")]
     Options(String),
+    /// An option or a thresholds entry names a column the side does not have (`--rename`,
+    /// `--ignore`, `[feature.NAME]`), or a key column where a feature is meant.
+    #[error("{what}: the {side} side has no column {column} (it has: {available})")]
+    NoSuchColumn {
+        /// The option or entry, as given (`--ignore price`, `thresholds [feature.price]`).
+        what: String,
+        /// `served` or `offline`.
+        side: &'static str,
+        /// The column named.
+        column: String,
+        /// The columns that side has.
+        available: String,
+    },
+    /// A thresholds entry names a key column, or a tolerance that the feature's type does not
+    /// take (an `abs-tolerance` for a timestamp, a `time-tolerance` for an integer, any for
+    /// text).
+    #[error("thresholds [feature.{feature}]: {message}")]
+    Threshold {
+        /// The feature's served name.
+        feature: String,
+        /// What is wrong, and what to write instead.
+        message: String,
+    },
     /// The thresholds file could not be read or parsed.
     #[error("thresholds file {path}: {message}")]
     Config {
@@ -119,7 +152,6 @@ pub enum DiffError {
         /// Its row count.
         rows: u64,
     },
-    /// A worker thread died; a bug, reported instead of a panic.
     /// Neither side has a row: nothing was compared, which in CI means a broken input.
     #[error(
         "both sides are empty ({served} and {offline} hold no rows): nothing to compare; check the paths and that the pipelines wrote their data"
@@ -130,6 +162,7 @@ pub enum DiffError {
         /// The offline input.
         offline: std::path::PathBuf,
     },
+    /// A worker thread died; a bug, reported instead of a panic.
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -1,8 +1,9 @@
-//! Reading one side of the diff: finds the Parquet and CSV files under a path (hive partitions
-//! `name=value/` become string columns), unifies their schemas, and streams record batches of
-//! the requested columns in units (a Parquet row group, a CSV file) that worker threads share.
-//! CSV key columns are read as text; other CSV column types are inferred per file and merged
-//! across the files of a side.
+//! Reading one side of the diff: finds the Parquet, CSV and TSV files under a path (text
+//! gzipped or not; Hive's extensionless Parquet files when nothing else is there; hive
+//! partitions `name=value/` become string columns), unifies their schemas, and streams record
+//! batches of the requested columns in units (a Parquet row group, a CSV file) that worker
+//! threads share. CSV key columns are read as text; other CSV column types are inferred per
+//! file and merged across the files of a side.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -39,7 +40,55 @@ const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
 struct InputFile {
     path: PathBuf,
     format: Format,
+    /// How a delimited text file is read (unused for Parquet).
+    dialect: Dialect,
     partitions: Vec<Partition>,
+}
+
+/// A delimited text file's field separator and compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dialect {
+    pub(crate) delimiter: u8,
+    pub(crate) gzip: bool,
+}
+
+const CSV: Dialect = Dialect {
+    delimiter: b',',
+    gzip: false,
+};
+
+/// What a data file's name says it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataName {
+    Parquet,
+    Text(Dialect),
+}
+
+/// The kind of data a file name announces: `.parquet`/`.parq`, or `.csv`, `.tsv` and either
+/// gzipped (`.csv.gz`); `None` for any other name.
+pub(crate) fn data_name(name: &str) -> Option<DataName> {
+    let lower = name.to_ascii_lowercase();
+    let (stem, gzip) = match lower.strip_suffix(".gz") {
+        Some(stem) => (stem, true),
+        None => (lower.as_str(), false),
+    };
+    if !gzip && (stem.ends_with(".parquet") || stem.ends_with(".parq")) {
+        return Some(DataName::Parquet);
+    }
+    let delimiter = if stem.ends_with(".csv") {
+        b','
+    } else if stem.ends_with(".tsv") {
+        b'\t'
+    } else {
+        return None;
+    };
+    Some(DataName::Text(Dialect { delimiter, gzip }))
+}
+
+/// A name with no extension at all, as Hive names its data files (`000000_0`): read as
+/// Parquet when a side holds no file of a known kind.
+pub(crate) fn is_bare_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('.')
 }
 
 /// One side's files and their unified schema.
@@ -80,21 +129,32 @@ impl Input {
         let mut walked = Walk {
             complete_only,
             skipped: 0,
+            bare: Vec::new(),
+            bare_skipped: 0,
         };
         if meta.is_dir() {
             walked.walk(root, &mut Vec::new(), false, &mut found)?;
+            if found.is_empty() && walked.skipped == 0 {
+                // Nothing of a known kind: Hive's extensionless files are the data.
+                found = std::mem::take(&mut walked.bare);
+                walked.skipped = walked.bare_skipped;
+            }
         } else {
             found.push((root.to_owned(), Vec::new()));
         }
         found.sort();
         let mut files = Vec::new();
         for (path, partitions) in found {
-            let is_csv = path
-                .extension()
-                .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-            let format = if is_csv {
-                Format::Csv(infer_csv(&path, text_columns)?)
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let kind = name.as_deref().and_then(data_name);
+            let mut dialect = CSV;
+            let format = if let Some(DataName::Text(d)) = kind {
+                dialect = d;
+                Format::Csv(infer_csv(&path, d, text_columns)?)
             } else {
+                if kind.is_none() {
+                    check_parquet_magic(&path)?;
+                }
                 let file = open_file(&path)?;
                 let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(
                     |source| DiffError::Parquet {
@@ -107,6 +167,7 @@ impl Input {
             files.push(InputFile {
                 path,
                 format,
+                dialect,
                 partitions,
             });
         }
@@ -193,13 +254,87 @@ impl Input {
         units
     }
 
+    /// The smallest and largest value of integer column `column` over the side, from the
+    /// Parquet statistics of every row group; `None` when a file is not Parquet or a row
+    /// group holding the column has no such statistics.
+    pub(crate) fn int_range(&self, column: &str) -> Option<(i64, i64)> {
+        use parquet::file::statistics::Statistics;
+        let mut range: Option<(i64, i64)> = None;
+        for f in &self.files {
+            let Format::Parquet(meta) = &f.format else {
+                return None;
+            };
+            let md = meta.metadata();
+            let leaves = md.file_metadata().schema_descr();
+            let Some(c) = (0..leaves.num_columns()).find(|&c| {
+                let leaf = leaves.column(c);
+                let parts = leaf.path().parts();
+                parts.len() == 1 && parts[0] == column
+            }) else {
+                continue; // the column is all null in this file
+            };
+            for rg in md.row_groups() {
+                let (lo, hi) = match rg.column(c).statistics()? {
+                    Statistics::Int32(s) => (i64::from(*s.min_opt()?), i64::from(*s.max_opt()?)),
+                    Statistics::Int64(s) => (*s.min_opt()?, *s.max_opt()?),
+                    _ => return None,
+                };
+                range = Some(match range {
+                    Some((a, b)) => (a.min(lo), b.max(hi)),
+                    None => (lo, hi),
+                });
+            }
+        }
+        range
+    }
+
+    /// The rows of `unit`, when known before reading it (a Parquet row group's).
+    pub(crate) fn unit_rows(&self, unit: Unit) -> Option<usize> {
+        match (&self.files.get(unit.file)?.format, unit.row_group) {
+            (Format::Parquet(m), Some(rg)) => {
+                usize::try_from(m.metadata().row_group(rg).num_rows()).ok()
+            }
+            _ => None,
+        }
+    }
+
     /// Streams the batches of `unit` with exactly `columns` in that order (a column a file
-    /// lacks is all null), calling `each` on every batch.
+    /// lacks is all null), calling `each` on every batch. The text columns named in
+    /// `dictionary` come as dictionary arrays (`Dictionary(Int32, _)`) where the Parquet file
+    /// stores them dictionary-encoded: decoding then keeps the file's dictionary indices
+    /// instead of copying every row's bytes, and the caller compares and counts each distinct
+    /// value once per dictionary.
     pub(crate) fn read(
         &self,
         unit: Unit,
         columns: &[String],
+        dictionary: &[String],
         mut each: impl FnMut(RecordBatch) -> Result<(), DiffError>,
+    ) -> Result<(), DiffError> {
+        self.scan(unit, columns, dictionary, |b| each(b).map(|()| true))
+    }
+
+    /// The first batch of `unit` (`None` when it has no row), as [`Input::read`] gives it.
+    pub(crate) fn first_batch(
+        &self,
+        unit: Unit,
+        columns: &[String],
+    ) -> Result<Option<RecordBatch>, DiffError> {
+        let mut first = None;
+        self.scan(unit, columns, &[], |b| {
+            first = Some(b);
+            Ok(false)
+        })?;
+        Ok(first)
+    }
+
+    /// [`Input::read`], until `each` returns false.
+    fn scan(
+        &self,
+        unit: Unit,
+        columns: &[String],
+        dictionary: &[String],
+        mut each: impl FnMut(RecordBatch) -> Result<bool, DiffError>,
     ) -> Result<(), DiffError> {
         let Some(f) = self.files.get(unit.file) else {
             return Err(DiffError::Internal(format!("no file {}", unit.file)));
@@ -213,7 +348,7 @@ impl Input {
             path: f.path.clone(),
             source,
         };
-        let mut finish = |batch: RecordBatch| -> Result<(), DiffError> {
+        let mut finish = |batch: RecordBatch| -> Result<bool, DiffError> {
             let n = batch.num_rows();
             let mut out: Vec<ArrayRef> = Vec::with_capacity(columns.len());
             let mut fields = Vec::with_capacity(columns.len());
@@ -251,11 +386,17 @@ impl Input {
         match &f.format {
             Format::Parquet(meta) => {
                 let file = open_file(&f.path)?;
+                let meta =
+                    with_dictionaries(meta, unit.row_group, dictionary).map_err(|source| {
+                        DiffError::Parquet {
+                            path: f.path.clone(),
+                            source,
+                        }
+                    })?;
                 let mask = ProjectionMask::roots(meta.parquet_schema(), wanted);
-                let mut builder =
-                    ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
-                        .with_projection(mask)
-                        .with_batch_size(BATCH_ROWS);
+                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta)
+                    .with_projection(mask)
+                    .with_batch_size(BATCH_ROWS);
                 if let Some(rg) = unit.row_group {
                     builder = builder.with_row_groups(vec![rg]);
                 }
@@ -264,22 +405,27 @@ impl Input {
                     source,
                 })?;
                 for batch in reader {
-                    finish(batch.map_err(arrow_err)?)?;
+                    if !finish(batch.map_err(arrow_err)?)? {
+                        break;
+                    }
                 }
             }
             Format::Csv(schema) if schema.fields().is_empty() => {
                 // An empty file (not even a header): no rows.
             }
             Format::Csv(schema) => {
-                let file = open_file(&f.path)?;
+                let file = open_text(&f.path, f.dialect)?;
                 let reader = arrow_csv::ReaderBuilder::new(schema.clone())
                     .with_header(true)
+                    .with_delimiter(f.dialect.delimiter)
                     .with_batch_size(BATCH_ROWS)
                     .with_projection(wanted)
                     .build(file)
                     .map_err(arrow_err)?;
                 for batch in reader {
-                    finish(batch.map_err(arrow_err)?)?;
+                    if !finish(batch.map_err(arrow_err)?)? {
+                        break;
+                    }
                 }
             }
         }
@@ -296,6 +442,70 @@ impl InputFile {
     }
 }
 
+/// `meta` reading the text columns named in `dictionary` as dictionary arrays, those whose
+/// column chunk in `row_group` (in every row group when `None`) starts with a dictionary page.
+/// A chunk whose later pages fell back to plain encoding still reads correctly (the reader
+/// builds the dictionary itself), only slower.
+fn with_dictionaries(
+    meta: &ArrowReaderMetadata,
+    row_group: Option<usize>,
+    dictionary: &[String],
+) -> Result<ArrowReaderMetadata, parquet::errors::ParquetError> {
+    if dictionary.is_empty() {
+        return Ok(meta.clone());
+    }
+    let md = meta.metadata();
+    let leaves = md.file_metadata().schema_descr();
+    let groups: Vec<usize> = match row_group {
+        Some(rg) => vec![rg],
+        None => (0..md.num_row_groups()).collect(),
+    };
+    let mut changed = false;
+    let fields: Vec<Field> = meta
+        .schema()
+        .fields()
+        .iter()
+        .map(|field| {
+            let text = matches!(
+                field.data_type(),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary
+            );
+            // The field's leaf: a flat column's path is its name alone.
+            let leaf = (0..leaves.num_columns()).find(|&c| {
+                let column = leaves.column(c);
+                let parts = column.path().parts();
+                parts.len() == 1 && parts[0] == *field.name()
+            });
+            let encoded = leaf.is_some_and(|c| {
+                !groups.is_empty()
+                    && groups.iter().all(|&rg| {
+                        md.row_group(rg)
+                            .column(c)
+                            .dictionary_page_offset()
+                            .is_some()
+                    })
+            });
+            if text && encoded && dictionary.contains(field.name()) {
+                changed = true;
+                field.as_ref().clone().with_data_type(DataType::Dictionary(
+                    Box::new(DataType::Int32),
+                    Box::new(field.data_type().clone()),
+                ))
+            } else {
+                field.as_ref().clone()
+            }
+        })
+        .collect();
+    if !changed {
+        return Ok(meta.clone());
+    }
+    let schema = Schema::new_with_metadata(fields, meta.schema().metadata().clone());
+    ArrowReaderMetadata::try_new(
+        md.clone(),
+        ArrowReaderOptions::new().with_schema(Arc::new(schema)),
+    )
+}
+
 fn open_file(path: &Path) -> Result<File, DiffError> {
     File::open(path).map_err(|source| DiffError::Io {
         path: path.to_owned(),
@@ -303,12 +513,49 @@ fn open_file(path: &Path) -> Result<File, DiffError> {
     })
 }
 
-/// A CSV file's schema: types inferred from its first rows, `text_columns` as Utf8. A header
-/// without rows gives Null columns (no value says otherwise), an empty file no column.
-fn infer_csv(path: &Path, text_columns: &[String]) -> Result<SchemaRef, DiffError> {
+/// A delimited text file for reading, decompressed when gzipped.
+fn open_text(path: &Path, dialect: Dialect) -> Result<Box<dyn std::io::Read>, DiffError> {
     let file = open_file(path)?;
+    Ok(if dialect.gzip {
+        // Multi-member: `cat a.gz b.gz` and block-wise writers make several members.
+        Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(
+            file,
+        )))
+    } else {
+        Box::new(file)
+    })
+}
+
+/// A file whose name does not say what it holds is read as Parquet only if it starts as one,
+/// so that anything else is refused with why rather than as a corrupt Parquet footer.
+fn check_parquet_magic(path: &Path) -> Result<(), DiffError> {
+    use std::io::Read as _;
+    let mut head = [0u8; 4];
+    let mut file = open_file(path)?;
+    let n = file.read(&mut head).map_err(|source| DiffError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    if n == 4 && &head == b"PAR1" {
+        Ok(())
+    } else {
+        Err(DiffError::UnknownFormat {
+            path: path.to_owned(),
+        })
+    }
+}
+
+/// A CSV or TSV file's schema: types inferred from its first rows, `text_columns` as Utf8. A
+/// header without rows gives Null columns (no value says otherwise), an empty file no column.
+fn infer_csv(
+    path: &Path,
+    dialect: Dialect,
+    text_columns: &[String],
+) -> Result<SchemaRef, DiffError> {
+    let file = open_text(path, dialect)?;
     let (schema, _) = arrow_csv::reader::Format::default()
         .with_header(true)
+        .with_delimiter(dialect.delimiter)
         .infer_schema(file, Some(CSV_INFER_ROWS))
         .map_err(|source| DiffError::Arrow {
             path: path.to_owned(),
@@ -418,6 +665,10 @@ struct Walk {
     complete_only: bool,
     /// Data files left out as not complete.
     skipped: usize,
+    /// Files without an extension (Hive's `000000_0`), the data if nothing else is.
+    bare: Vec<(PathBuf, Vec<Partition>)>,
+    /// Of those, the ones left out as not complete.
+    bare_skipped: usize,
 }
 
 impl Walk {
@@ -462,17 +713,17 @@ impl Walk {
                 if pushed {
                     partitions.pop();
                 }
-            } else {
-                let lower = name.to_ascii_lowercase();
-                if lower.ends_with(".parquet")
-                    || lower.ends_with(".parq")
-                    || lower.ends_with(".csv")
-                {
-                    if self.complete_only && !complete {
-                        self.skipped += 1;
-                    } else {
-                        out.push((path, partitions.clone()));
-                    }
+            } else if data_name(&name).is_some() {
+                if self.complete_only && !complete {
+                    self.skipped += 1;
+                } else {
+                    out.push((path, partitions.clone()));
+                }
+            } else if is_bare_name(&name) {
+                if self.complete_only && !complete {
+                    self.bare_skipped += 1;
+                } else {
+                    self.bare.push((path, partitions.clone()));
                 }
             }
         }
@@ -496,6 +747,27 @@ mod tests {
             ("locale".into(), Some("en US".into()))
         );
         assert_eq!(partition("my%20dt", HIVE_NULL), ("my dt".into(), None));
+    }
+
+    #[test]
+    fn file_names_say_what_they_hold() {
+        let text = |delimiter, gzip| Some(DataName::Text(Dialect { delimiter, gzip }));
+        for (name, kind) in [
+            ("part-0.parquet", Some(DataName::Parquet)),
+            ("x.PARQ", Some(DataName::Parquet)),
+            ("x.csv", text(b',', false)),
+            ("x.CSV.GZ", text(b',', true)),
+            ("x.tsv", text(b'\t', false)),
+            ("x.tsv.gz", text(b'\t', true)),
+            ("x.parquet.gz", None),
+            ("x.gz", None),
+            ("000000_0", None),
+            ("notes.txt", None),
+        ] {
+            assert_eq!(data_name(name), kind, "{name}");
+        }
+        assert!(is_bare_name("000000_0"));
+        assert!(!is_bare_name("x.txt"));
     }
 
     #[test]

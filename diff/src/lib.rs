@@ -18,19 +18,26 @@
 //! compilation on a 2-core machine for a join that is a hundred lines here.
 //!
 //! Modules: [`input`](crate) reads files, `keys` canonicalizes join keys, `plan` matches
-//! schemas, `values` compares and classifies values, `stats` accumulates, `engine` runs the
-//! join, [`report`] holds the result and `render` prints it.
+//! schemas, `values` compares, classifies and prints values, `stats` accumulates, `store`
+//! holds the offline side and `index` its keys, `probe` streams the served side through them,
+//! `engine` runs the join, `summary` makes each feature's report of what was counted,
+//! [`report`] holds the result and `render` prints it.
 
+mod bins;
 mod engine;
 mod error;
+mod index;
 mod input;
 mod keys;
 mod options;
 mod plan;
+mod probe;
 mod remote;
 pub mod render;
 pub mod report;
 mod stats;
+mod store;
+mod summary;
 mod values;
 
 pub use engine::run;

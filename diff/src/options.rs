@@ -3,18 +3,21 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::DiffError;
+use crate::values::Tolerance;
 
 /// Everything [`crate::run`] needs. Build it with [`DiffOptions::new`] and adjust the public
 /// fields; the CLI (`featurelog diff`) and `featurelog demo` both go through this.
 #[derive(Debug, Clone)]
 pub struct DiffOptions {
-    /// The served side: a Parquet or CSV file, or a directory searched recursively (hive
-    /// partitions `name=value/` become string columns; names starting with `.` or `_` are
-    /// skipped, as Spark and pyarrow do).
+    /// The served side: a Parquet, CSV or TSV file (text gzipped or not), or a directory
+    /// searched recursively (hive partitions `name=value/` become string columns; names
+    /// starting with `.` or `_` are skipped, as Spark and pyarrow do; Hive's extensionless
+    /// Parquet files are read when nothing else is there).
     pub served: PathBuf,
     /// The offline side, same forms. It is the side held in memory (columnar) and indexed.
     pub offline: PathBuf,
@@ -22,7 +25,7 @@ pub struct DiffOptions {
     pub keys: Vec<String>,
     /// Served column name -> offline column name, for columns renamed by one pipeline.
     pub renames: BTreeMap<String, String>,
-    /// Served-side column names to leave out of the comparison.
+    /// Served-side column names to leave out of the comparison (each must exist).
     pub ignore: Vec<String>,
     /// Thresholds and tolerances.
     pub thresholds: Thresholds,
@@ -120,13 +123,23 @@ impl Default for SchemaLimits {
 
 /// Per-feature tolerances and limits. Every field is optional so that an override can set one
 /// and inherit the rest.
+///
+/// Tolerances: `abs-tolerance` and `rel-tolerance` in `[features]` apply to floating-point
+/// features only; integers, booleans and decimals compare exactly unless their own
+/// `[feature.NAME]` sets one. Times (timestamps, dates, times of day, durations) compare
+/// exactly unless a `time-tolerance`, a duration, says otherwise (in `[features]` for every
+/// time feature, or in their own section).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct FeatureLimits {
     /// Numbers within this absolute difference match (default 0).
     pub abs_tolerance: Option<f64>,
-    /// Numbers within this difference relative to the larger magnitude match (default 1e-6).
+    /// Numbers within this difference relative to the larger magnitude match (default 1e-6
+    /// for floats, 0 for exact numbers).
     pub rel_tolerance: Option<f64>,
+    /// Times within this duration of each other match (`"500ms"`, `"15m"`; default 0).
+    #[serde(with = "humantime_serde")]
+    pub time_tolerance: Option<Duration>,
     /// Largest allowed mismatch rate over keys on both sides (default 0.001).
     pub max_mismatch_rate: Option<f64>,
     /// Largest allowed population stability index (default 0.25).
@@ -142,10 +155,14 @@ pub struct FeatureLimits {
 /// The limits of one feature after its override is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct EffectiveLimits {
-    /// Absolute tolerance.
+    /// Absolute tolerance, in the values' units (microseconds for times).
     pub abs_tolerance: f64,
     /// Relative tolerance.
     pub rel_tolerance: f64,
+    /// For a time feature, its tolerance as a duration (`abs_tolerance` in microseconds);
+    /// `None` for other features.
+    #[serde(with = "humantime_serde")]
+    pub time_tolerance: Option<Duration>,
     /// Mismatch rate limit.
     pub max_mismatch_rate: Option<f64>,
     /// PSI limit.
@@ -219,14 +236,44 @@ impl Thresholds {
         Ok(())
     }
 
-    /// The limits of feature `name` (served name): its override over the defaults.
+    /// The limits of floating-point feature `name` (served name): its override over the
+    /// defaults.
     pub fn for_feature(&self, name: &str) -> EffectiveLimits {
+        self.for_column(name, Tolerance::Float)
+    }
+
+    /// The limits of feature `name` (served name) whose values take the tolerances of `kind`:
+    /// the defaults' tolerances apply to floats (and times, for `time-tolerance`), a
+    /// feature's own to any number.
+    pub(crate) fn for_column(&self, name: &str, kind: Tolerance) -> EffectiveLimits {
         let d = &self.features;
         let o = self.overrides.get(name);
         let pick = |f: fn(&FeatureLimits) -> Option<f64>| o.and_then(f).or_else(|| f(d));
+        let own = |f: fn(&FeatureLimits) -> Option<f64>| o.and_then(f);
+        let (abs_tolerance, rel_tolerance, time_tolerance) = match kind {
+            Tolerance::Float => (
+                pick(|l| l.abs_tolerance).unwrap_or(0.0),
+                pick(|l| l.rel_tolerance).unwrap_or(1e-6),
+                None,
+            ),
+            Tolerance::Exact => (
+                own(|l| l.abs_tolerance).unwrap_or(0.0),
+                own(|l| l.rel_tolerance).unwrap_or(0.0),
+                None,
+            ),
+            Tolerance::Time => {
+                let t = o
+                    .and_then(|l| l.time_tolerance)
+                    .or(d.time_tolerance)
+                    .unwrap_or_default();
+                (t.as_nanos() as f64 / 1000.0, 0.0, Some(t))
+            }
+            Tolerance::None => (0.0, 0.0, None),
+        };
         EffectiveLimits {
-            abs_tolerance: pick(|l| l.abs_tolerance).unwrap_or(0.0),
-            rel_tolerance: pick(|l| l.rel_tolerance).unwrap_or(1e-6),
+            abs_tolerance,
+            rel_tolerance,
+            time_tolerance,
             max_mismatch_rate: pick(|l| l.max_mismatch_rate).or(Some(0.001)),
             max_psi: pick(|l| l.max_psi).or(Some(0.25)),
             max_js: pick(|l| l.max_js),
@@ -258,6 +305,45 @@ mod tests {
         assert_eq!(p.max_mismatch_rate, Some(0.01));
         assert_eq!(t.for_feature("other").abs_tolerance, 0.0);
         assert_eq!(t.coverage.max_duplicate_keys, Some(0));
+    }
+
+    /// The defaults' tolerances apply to floats only: an integer or a time compares exactly
+    /// unless its own section says otherwise, a time's tolerance being a duration.
+    #[test]
+    fn default_tolerances_apply_to_floats_only() {
+        let t: Thresholds = toml::from_str(
+            r#"
+            [features]
+            abs-tolerance = 0.5
+            rel-tolerance = 1e-3
+            [feature.count]
+            abs-tolerance = 1
+            [feature.seen_at]
+            time-tolerance = "15m"
+            "#,
+        )
+        .unwrap();
+        let l = t.for_column("price", Tolerance::Float);
+        assert_eq!((l.abs_tolerance, l.rel_tolerance), (0.5, 1e-3));
+        let l = t.for_column("item", Tolerance::Exact);
+        assert_eq!((l.abs_tolerance, l.rel_tolerance), (0.0, 0.0));
+        let l = t.for_column("count", Tolerance::Exact);
+        assert_eq!((l.abs_tolerance, l.rel_tolerance), (1.0, 0.0));
+        let l = t.for_column("seen_at", Tolerance::Time);
+        assert_eq!(l.abs_tolerance, 900e6);
+        assert_eq!(l.time_tolerance, Some(Duration::from_secs(900)));
+        let l = t.for_column("born_at", Tolerance::Time);
+        assert_eq!((l.abs_tolerance, l.rel_tolerance), (0.0, 0.0));
+        assert_eq!(l.time_tolerance, Some(Duration::ZERO));
+        let l = t.for_column("name", Tolerance::None);
+        assert_eq!(
+            (l.abs_tolerance, l.rel_tolerance, l.time_tolerance),
+            (0.0, 0.0, None)
+        );
+        assert!(toml::from_str::<Thresholds>("[features]\ntime-tolerance = 5").is_err());
+        assert!(
+            toml::from_str::<Thresholds>("[features]\ntime-tolerance = \"5 parsecs\"").is_err()
+        );
     }
 
     #[test]

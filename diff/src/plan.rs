@@ -8,8 +8,9 @@ use arrow_schema::Schema;
 
 use crate::input::Input;
 use crate::keys::key_type_ok;
+use crate::options::{EffectiveLimits, Thresholds};
 use crate::report::{NearName, NotCompared, Rename, SchemaReport, TypeDifference};
-use crate::values::{Domain, domain_of, logical_type, not_comparable};
+use crate::values::{Domain, Tolerance, domain_of, logical_type, not_comparable, tolerance_of};
 use crate::{DiffError, DiffOptions};
 
 /// Columns the joiner writes next to the features (docs/JOINER.md): labels and serving
@@ -35,9 +36,18 @@ pub(crate) struct Feature {
     pub(crate) served_type: String,
     pub(crate) offline_type: String,
     pub(crate) domain: Domain,
+    /// Which tolerances apply, from both types.
+    pub(crate) tolerance: Tolerance,
     /// The joiner's type variants of this feature on the served side (`<name>__<DATATYPE>`),
     /// whose values stand in where the feature's own column is null.
     pub(crate) variants: Vec<String>,
+}
+
+impl Feature {
+    /// The feature's tolerances and limits under `thresholds`.
+    pub(crate) fn limits(&self, thresholds: &Thresholds) -> EffectiveLimits {
+        thresholds.for_column(&self.name, self.tolerance)
+    }
 }
 
 #[derive(Debug)]
@@ -106,6 +116,117 @@ fn loose(name: &str) -> String {
     name.to_lowercase().replace(['-', '.', ' '], "_")
 }
 
+/// A name's words, lowercase: split at separators and where camelCase starts a word
+/// (`userCountry`, `user_country` and `UserCountry` are `user`, `country`; `HTTPServer` is
+/// `http`, `server`).
+fn words(name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in name.split(|c: char| !c.is_alphanumeric()) {
+        let chars: Vec<char> = part.chars().collect();
+        let mut word = String::new();
+        for (i, &c) in chars.iter().enumerate() {
+            let prev = i.checked_sub(1).map(|p| chars[p]);
+            let next = chars.get(i + 1);
+            let starts = c.is_uppercase()
+                && prev.is_some_and(|p| {
+                    p.is_lowercase()
+                        || p.is_numeric()
+                        || (p.is_uppercase() && next.is_some_and(|n| n.is_lowercase()))
+                });
+            if starts && !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+            word.extend(c.to_lowercase());
+        }
+        if !word.is_empty() {
+            out.push(word);
+        }
+    }
+    out
+}
+
+/// How a served name and an offline one differ when they name the same thing: `case`
+/// (`deviceType`, `devicetype`), `separator` (`user-country`, `user_country`) or
+/// `case+separator` (`userCountry`, `user_country`); `None` when they are other names.
+fn near_name(a: &str, b: &str) -> Option<&'static str> {
+    if a.to_lowercase() == b.to_lowercase() {
+        Some("case")
+    } else if loose(a) == loose(b) {
+        Some("separator")
+    } else if words(a) == words(b) && !words(a).is_empty() {
+        Some("case+separator")
+    } else {
+        None
+    }
+}
+
+/// `--ignore` and the thresholds' `[feature.NAME]` sections must name served columns that are
+/// not keys: a typo would otherwise silently compare (or fail on) the column meant.
+fn check_names(
+    opts: &DiffOptions,
+    served: &Schema,
+    served_keys: &[String],
+) -> Result<(), DiffError> {
+    let named = opts
+        .ignore
+        .iter()
+        .map(|c| (format!("--ignore {c}"), c))
+        .chain(
+            opts.thresholds
+                .overrides
+                .keys()
+                .map(|c| (format!("thresholds [feature.{c}]"), c)),
+        );
+    for (what, column) in named {
+        if served_keys.contains(column) {
+            return Err(DiffError::Options(format!(
+                "{what}: {column} is a key column, not a feature"
+            )));
+        }
+        if served.index_of(column).is_err() {
+            return Err(DiffError::NoSuchColumn {
+                what,
+                side: "served",
+                column: column.clone(),
+                available: names(served),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A feature's own tolerances must be of its kind: a duration for a time, a number for other
+/// numbers, none for text (where they would silently do nothing).
+fn check_tolerances(thresholds: &Thresholds, features: &[Feature]) -> Result<(), DiffError> {
+    for f in features {
+        let Some(l) = thresholds.overrides.get(&f.name) else {
+            continue;
+        };
+        let numeric = l.abs_tolerance.is_some() || l.rel_tolerance.is_some();
+        let message = match f.tolerance {
+            Tolerance::Time if numeric => format!(
+                "{} is a time ({}): its tolerance is a duration, e.g. time-tolerance = \"1s\", not abs-tolerance or rel-tolerance",
+                f.name, f.served_type
+            ),
+            Tolerance::Float | Tolerance::Exact if l.time_tolerance.is_some() => format!(
+                "{} is {} served and {} offline, not a time: time-tolerance applies to timestamps, dates, times of day and durations; use abs-tolerance or rel-tolerance",
+                f.name, f.served_type, f.offline_type
+            ),
+            Tolerance::None if numeric || l.time_tolerance.is_some() => format!(
+                "{} is compared as {}: no tolerance applies to it",
+                f.name,
+                f.domain.name()
+            ),
+            _ => continue,
+        };
+        return Err(DiffError::Threshold {
+            feature: f.name.clone(),
+            message,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Result<Plan, DiffError> {
     if opts.keys.is_empty() || opts.keys.iter().any(|k| k.trim().is_empty()) {
         return Err(DiffError::Options(
@@ -114,21 +235,20 @@ pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Resul
     }
     let (ss, os) = (&served.schema, &offline.schema);
     for (s, o) in &opts.renames {
-        if ss.index_of(s).is_err() {
-            return Err(DiffError::Options(format!(
-                "rename {s}={o}: the served side has no column {s} (it has: {})",
-                names(ss)
-            )));
-        }
-        if os.index_of(o).is_err() {
-            return Err(DiffError::Options(format!(
-                "rename {s}={o}: the offline side has no column {o} (it has: {})",
-                names(os)
-            )));
+        for (side, schema, column) in [("served", ss, s), ("offline", os, o)] {
+            if schema.index_of(column).is_err() {
+                return Err(DiffError::NoSuchColumn {
+                    what: format!("rename {s}={o}"),
+                    side,
+                    column: column.clone(),
+                    available: names(schema),
+                });
+            }
         }
     }
     let offline_name = |s: &str| opts.renames.get(s).cloned().unwrap_or_else(|| s.to_owned());
     let (served_keys, offline_keys) = key_names(opts);
+    check_names(opts, ss, &served_keys)?;
     for (side, input, keys) in [
         ("served", served, &served_keys),
         ("offline", offline, &offline_keys),
@@ -212,6 +332,7 @@ pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Resul
                     served_type: st,
                     offline_type: ot,
                     domain,
+                    tolerance: tolerance_of(field.data_type(), ofield.data_type(), domain),
                     variants: Vec::new(),
                 });
             }
@@ -259,13 +380,10 @@ pub(crate) fn plan(served: &Input, offline: &Input, opts: &DiffOptions) -> Resul
             schema.extra_in_offline.push(name.clone());
         }
     }
+    check_tolerances(&opts.thresholds, &features)?;
     for m in &schema.missing_in_offline {
         for e in &schema.extra_in_offline {
-            let differs_by = if m.to_lowercase() == e.to_lowercase() {
-                "case"
-            } else if loose(m) == loose(e) {
-                "separator"
-            } else {
+            let Some(differs_by) = near_name(m, e) else {
                 continue;
             };
             schema.near_names.push(NearName {
@@ -312,5 +430,24 @@ mod tests {
     fn loose_names() {
         assert_eq!(loose("User-Locale"), loose("user_locale"));
         assert_ne!(loose("locale"), loose("locales"));
+    }
+
+    /// camelCase against snake_case is a near name, as a case or separator difference is.
+    #[test]
+    fn near_names_across_naming_styles() {
+        for (a, b, by) in [
+            ("deviceType", "devicetype", Some("case")),
+            ("user-country", "user_country", Some("separator")),
+            ("userCountry", "user_country", Some("case+separator")),
+            ("UserCountry", "user.country", Some("case+separator")),
+            ("HTTPServerURL", "http_server_url", Some("case+separator")),
+            ("item2Vec", "item2_vec", Some("case+separator")),
+            ("userCountry", "user_county", None),
+            ("ab_c", "a_bc", None),
+            ("", "_", None),
+        ] {
+            assert_eq!(near_name(a, b), by, "{a} {b}");
+        }
+        assert_eq!(words("HTTPServer"), ["http", "server"]);
     }
 }

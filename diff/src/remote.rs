@@ -50,16 +50,26 @@ fn is_wanted(relative: &str) -> bool {
     }
 }
 
-/// Whether a key, relative to the input's prefix, is data a local read would take.
+/// Whether a key, relative to the input's prefix, is data a local read would take by its name
+/// (Parquet, CSV, TSV).
 fn is_data(relative: &str) -> bool {
-    let hidden = relative
+    !is_hidden(relative) && crate::input::data_name(last_segment(relative)).is_some()
+}
+
+/// Whether a key is an extensionless file (Hive's `000000_0`), which a local read takes when
+/// nothing else is data.
+fn is_bare(relative: &str) -> bool {
+    !is_hidden(relative) && crate::input::is_bare_name(last_segment(relative))
+}
+
+fn is_hidden(relative: &str) -> bool {
+    relative
         .split('/')
-        .any(|segment| segment.starts_with('.') || segment.starts_with('_'));
-    let lower = relative.to_ascii_lowercase();
-    !hidden
-        && [".parquet", ".parq", ".csv"]
-            .iter()
-            .any(|e| lower.ends_with(e))
+        .any(|segment| segment.starts_with('.') || segment.starts_with('_'))
+}
+
+fn last_segment(relative: &str) -> &str {
+    relative.rsplit('/').next().unwrap_or(relative)
 }
 
 /// Copies the data files of `url` (`s3://bucket/prefix`) to a temporary directory.
@@ -107,7 +117,7 @@ async fn copy(store: Arc<dyn ObjectStore>, prefix: &str, into: &Path) -> Result<
         .try_collect()
         .await
         .map_err(|e| format!("listing: {e}"))?;
-    let mut keys: Vec<(ObjectPath, String)> = listed
+    let listed: Vec<(ObjectPath, String)> = listed
         .into_iter()
         .filter_map(|meta| {
             let relative = meta
@@ -116,16 +126,25 @@ async fn copy(store: Arc<dyn ObjectStore>, prefix: &str, into: &Path) -> Result<
                 .map(|part| part.as_ref().to_owned())
                 .collect::<Vec<_>>()
                 .join("/");
-            is_wanted(&relative).then_some((meta.location, relative))
+            Some((meta.location, relative))
         })
         .collect();
-    let root = if keys.iter().all(|(_, relative)| !is_data(relative)) {
+    // Extensionless files only when nothing is data by its name, as a local read takes them.
+    let named = listed.iter().any(|(_, relative)| is_data(relative));
+    let mut keys: Vec<(ObjectPath, String)> = listed
+        .into_iter()
+        .filter(|(_, relative)| is_wanted(relative) || (!named && is_bare(relative)))
+        .collect();
+    let root = if keys
+        .iter()
+        .all(|(_, relative)| !is_data(relative) && !is_bare(relative))
+    {
         keys.clear();
         // No data under it as a directory: the prefix may name one object itself.
         let name = prefix.rsplit('/').next().unwrap_or(prefix);
-        if !is_data(name) || store.head(&base).await.is_err() {
+        if !(is_data(name) || is_bare(name)) || store.head(&base).await.is_err() {
             return Err(format!(
-                "no .parquet or .csv objects at or under {prefix:?} (names starting with . or _ are skipped)"
+                "no .parquet or .csv objects at or under {prefix:?} (nor .csv.gz, .tsv, .tsv.gz, or extensionless ones such as Hive's 000000_0; names starting with . or _ are skipped)"
             ));
         }
         keys.push((base, name.to_owned()));
@@ -186,6 +205,11 @@ mod tests {
         assert!(is_data("dt=2026-11-29/hr=07/part-0.parquet"));
         assert!(is_data("late/dt=2026-11-29/hr=07/part-0.PARQUET"));
         assert!(is_data("offline.csv"));
+        assert!(is_data("offline/part-0.csv.gz"));
+        assert!(is_data("offline.tsv"));
+        assert!(!is_data("warehouse/t/000000_0"));
+        assert!(is_bare("warehouse/t/000000_0"));
+        assert!(!is_bare("warehouse/.hive-staging/000000_0"));
         assert!(!is_data("_featurelog/state/0/1.state"));
         assert!(!is_data("dt=2026-11-29/hr=07/_SUCCESS"));
         assert!(!is_data("dt=2026-11-29/hr=07/.part-0.parquet.pending"));

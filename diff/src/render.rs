@@ -1,9 +1,12 @@
 //! The report for people: a terminal table (the default), Markdown (for a CI comment) and one
 //! self-contained HTML page with a chart per feature. The JSON form is [`Report::to_json`].
 
+mod html;
+
 use std::fmt::Write as _;
 
-use crate::report::{FeatureReport, Report, Verdict};
+use crate::report::{DiffBucket, FeatureReport, Report, Verdict};
+use crate::values::{Domain, fmt_decade, fmt_num};
 
 fn pct(x: f64) -> String {
     if x == 0.0 {
@@ -15,12 +18,89 @@ fn pct(x: f64) -> String {
     }
 }
 
+/// A metric or a limit: whole numbers from 100 on, four decimals below, scientific notation
+/// where those would read as 0 or run long.
 fn num(x: f64) -> String {
-    if x.abs() >= 100.0 || x == 0.0 {
+    let a = x.abs();
+    if x == 0.0 || !x.is_finite() {
+        fmt_num(x)
+    } else if !(1e-4..1e15).contains(&a) {
+        format!("{x:.3e}")
+    } else if a >= 100.0 {
         format!("{x:.0}")
     } else {
         format!("{x:.4}")
     }
+}
+
+/// Said wherever top pairs are listed while their counts are lower bounds.
+fn pairs_incomplete() -> String {
+    format!(
+        "top pairs are incomplete: more distinct pairs than the {} kept per feature and thread, so their counts are lower bounds and rarer pairs may be missing (class counts are exact)",
+        crate::stats::PAIR_CAP
+    )
+}
+
+/// Said when keys repeat: which of a key's rows is compared.
+const DUPLICATES: &str = "of a duplicated key, the first offline row (files in path order) is compared, and one served row: the first read, which with --threads 1 is the first in path order and otherwise may change between runs";
+
+/// The feature's tolerance in words: `exact`, `abs 0.01 rel 1e-6`, `within 15m`.
+fn tolerance(f: &FeatureReport) -> String {
+    let l = &f.limits;
+    if let Some(t) = l.time_tolerance {
+        return if t.is_zero() {
+            "exact".into()
+        } else {
+            format!("within {}", humantime::format_duration(t))
+        };
+    }
+    match f.compared_as {
+        Domain::Text | Domain::TextList => "exact (text)".into(),
+        _ if l.abs_tolerance == 0.0 && l.rel_tolerance == 0.0 => "exact".into(),
+        _ => format!(
+            "abs {} rel {}",
+            fmt_num(l.abs_tolerance),
+            fmt_num(l.rel_tolerance)
+        ),
+    }
+}
+
+/// A bucket of the difference histogram as its range (`[1e-3, 1e-2)`, `[1ms, 10ms)` for
+/// times, `[1e18, max)` at the top), infinite differences as `infinite`.
+fn bucket_label(b: &DiffBucket, time: bool) -> String {
+    match b.upper {
+        None => "infinite".into(),
+        Some(u) if u == f64::MAX => format!("[{}, max)", fmt_decade(b.lower, time)),
+        Some(u) => format!("[{}, {})", fmt_decade(b.lower, time), fmt_decade(u, time)),
+    }
+}
+
+/// The difference histogram on one line, or `None` when it is empty.
+fn histogram_line(f: &FeatureReport) -> Option<String> {
+    if f.difference_histogram.is_empty() {
+        return None;
+    }
+    let time = f.limits.time_tolerance.is_some();
+    let buckets: Vec<String> = f
+        .difference_histogram
+        .iter()
+        .map(|b| format!("{}: {}", bucket_label(b, time), b.count))
+        .collect();
+    let unit = if time { " (time)" } else { "" };
+    Some(format!("|difference|{unit}: {}", buckets.join("  ")))
+}
+
+/// Mismatches per struct field on one line, or `None` for other features.
+fn fields_line(f: &FeatureReport) -> Option<String> {
+    if f.field_mismatches.is_empty() {
+        return None;
+    }
+    let fields: Vec<String> = f
+        .field_mismatches
+        .iter()
+        .map(|m| format!("{} {} ({})", m.field, m.count, pct(m.share)))
+        .collect();
+    Some(format!("fields that differ: {}", fields.join(", ")))
 }
 
 fn status(f: &FeatureReport) -> &'static str {
@@ -224,6 +304,9 @@ impl Report {
             c.served_null_keys,
             c.offline_null_keys
         );
+        if c.served_duplicate_keys + c.offline_duplicate_keys > 0 {
+            let _ = writeln!(o, "  ({DUPLICATES})");
+        }
         if !c.served_only_examples.is_empty() {
             let _ = writeln!(
                 o,
@@ -265,6 +348,12 @@ impl Report {
                     cl.explanation
                 );
             }
+            if let Some(l) = fields_line(f) {
+                let _ = writeln!(o, "  {l}");
+            }
+            if !f.pairs_complete {
+                let _ = writeln!(o, "  {}", pairs_incomplete());
+            }
             let rows: Vec<Vec<String>> = f
                 .top_pairs
                 .iter()
@@ -288,13 +377,8 @@ impl Report {
             {
                 let _ = writeln!(o, "  {l}");
             }
-            if !f.difference_histogram.is_empty() {
-                let buckets: Vec<String> = f
-                    .difference_histogram
-                    .iter()
-                    .map(|b| format!(">={}: {}", num_short(b.lower), b.count))
-                    .collect();
-                let _ = writeln!(o, "  |difference|: {}", buckets.join("  "));
+            if let Some(l) = histogram_line(f) {
+                let _ = writeln!(o, "  {l}");
             }
         }
         let dist: Vec<&FeatureReport> = self
@@ -379,6 +463,9 @@ impl Report {
             c.served_null_keys,
             c.offline_null_keys
         );
+        if c.served_duplicate_keys + c.offline_duplicate_keys > 0 {
+            let _ = writeln!(o, "Duplicate keys: {DUPLICATES}.\n");
+        }
         let schema = schema_lines(self);
         if !schema.is_empty() {
             let _ = writeln!(o, "## Schema\n");
@@ -404,6 +491,12 @@ impl Report {
                     pct(cl.share),
                     md_escape(&cl.explanation)
                 );
+            }
+            for l in [fields_line(f), histogram_line(f)].into_iter().flatten() {
+                let _ = writeln!(o, "- {}", md_escape(&l));
+            }
+            if !f.pairs_complete {
+                let _ = writeln!(o, "\n*{}.*", md_escape(&pairs_incomplete()));
             }
             let _ = writeln!(
                 o,
@@ -431,250 +524,8 @@ impl Report {
         }
         o
     }
-
-    /// One self-contained HTML page: summary, coverage, schema, a table of features and, per
-    /// feature, side-by-side histograms (inline SVG, drawn by the page's script from each
-    /// chart's bins) and the top pairs. No external resource; a skewed feature's section is
-    /// under 3 KB, so hundreds of features stay small.
-    pub fn render_html(&self) -> String {
-        let mut o = String::new();
-        let verdict = match self.verdict {
-            Verdict::Pass => "PASS",
-            Verdict::Skew => "SKEW",
-        };
-        let _ = write!(
-            o,
-            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>featurelog diff: {verdict}</title><style>{CSS}</style></head><body>"
-        );
-        let _ = write!(
-            o,
-            "<h1>featurelog diff <span class=\"v {}\">{verdict}</span></h1><p>Served <code>{}</code> ({} rows) vs offline <code>{}</code> ({} rows), key <code>{}</code>.</p>",
-            verdict.to_lowercase(),
-            esc(&self.served.path),
-            self.served.rows,
-            esc(&self.offline.path),
-            self.offline.rows,
-            esc(&self
-                .keys
-                .iter()
-                .map(|k| k.served.as_str())
-                .collect::<Vec<_>>()
-                .join(","))
-        );
-        if !self.violations.is_empty() {
-            o.push_str("<h2>Thresholds exceeded</h2><ul class=\"viol\">");
-            for l in violation_lines(self) {
-                let _ = write!(o, "<li>{}</li>", esc(&l));
-            }
-            o.push_str("</ul>");
-        }
-        let c = &self.coverage;
-        let _ = write!(
-            o,
-            "<h2>Coverage</h2><table><tr><th>both</th><th>served only</th><th>offline only</th><th>duplicate keys s/o</th><th>null keys s/o</th></tr><tr><td>{}</td><td>{} ({})</td><td>{} ({})</td><td>{}/{}</td><td>{}/{}</td></tr></table>",
-            c.both,
-            c.served_only,
-            pct(c.served_only_rate),
-            c.offline_only,
-            pct(c.offline_only_rate),
-            c.served_duplicate_keys,
-            c.offline_duplicate_keys,
-            c.served_null_keys,
-            c.offline_null_keys
-        );
-        let schema = schema_lines(self);
-        if !schema.is_empty() {
-            o.push_str("<h2>Schema</h2><ul>");
-            for l in schema {
-                let _ = write!(o, "<li>{}</li>", esc(&l));
-            }
-            o.push_str("</ul>");
-        }
-        o.push_str("<h2>Features</h2><p><input id=\"filter\" placeholder=\"filter features\"> <label><input type=\"checkbox\" id=\"skewonly\"> skew only</label></p><table id=\"features\"><tr>");
-        for h in FEATURE_HEADER {
-            let _ = write!(o, "<th>{h}</th>");
-        }
-        o.push_str("</tr>");
-        for (f, row) in self.features.iter().zip(feature_rows(self)) {
-            let _ = write!(
-                o,
-                "<tr data-name=\"{}\" data-skew=\"{}\">",
-                esc(&f.name),
-                !f.violations.is_empty()
-            );
-            for (i, cell) in row.iter().enumerate() {
-                if i == 0 {
-                    let _ = write!(
-                        o,
-                        "<td><a href=\"#f-{}\">{}</a></td>",
-                        anchor(&f.name),
-                        esc(cell)
-                    );
-                } else {
-                    let _ = write!(o, "<td>{}</td>", esc(cell));
-                }
-            }
-            o.push_str("</tr>");
-        }
-        o.push_str("</table>");
-        for f in &self.features {
-            feature_html(&mut o, f);
-        }
-        let _ = write!(o, "<script>{SCRIPT}</script></body></html>");
-        o
-    }
-}
-
-fn num_short(x: f64) -> String {
-    if x == 0.0 {
-        "0".into()
-    } else {
-        format!("{x:e}")
-    }
 }
 
 fn md_escape(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
-
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn anchor(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect()
-}
-
-fn feature_html(o: &mut String, f: &FeatureReport) {
-    let skew = !f.violations.is_empty();
-    let _ = write!(
-        o,
-        "<details class=\"feat\" id=\"f-{}\"{}><summary><b>{}</b> {} match, {} mismatch{}</summary>",
-        anchor(&f.name),
-        if skew { " open" } else { "" },
-        esc(&f.name),
-        pct(f.match_rate),
-        pct(f.mismatch_rate),
-        if skew {
-            " <span class=\"v skew\">SKEW</span>"
-        } else {
-            ""
-        }
-    );
-    let _ = write!(
-        o,
-        "<p class=\"meta\">served <code>{}</code> {}, offline <code>{}</code> {}; compared as {:?}; tolerance abs {} rel {}</p>",
-        esc(&f.name),
-        esc(&f.served_type),
-        esc(&f.offline_name),
-        esc(&f.offline_type),
-        f.compared_as,
-        f.limits.abs_tolerance,
-        f.limits.rel_tolerance
-    );
-    if let Some(d) = &f.distribution {
-        let _ = write!(
-            o,
-            "<p>psi {} js {}{}</p>",
-            num(d.psi),
-            num(d.js),
-            d.ks.map(|k| format!(" ks {}", num(k))).unwrap_or_default()
-        );
-        histogram_chart(o, d);
-    } else if let Some(n) = &f.distribution_note {
-        let _ = write!(o, "<p class=\"meta\">no distribution: {}</p>", esc(n));
-    }
-    if !f.classes.is_empty() {
-        o.push_str("<ul>");
-        for cl in &f.classes {
-            let _ = write!(
-                o,
-                "<li><code>{}</code> {}: {}</li>",
-                esc(&cl.class),
-                pct(cl.share),
-                esc(&cl.explanation)
-            );
-        }
-        o.push_str("</ul>");
-    }
-    if !f.top_pairs.is_empty() {
-        o.push_str("<table><tr><th>served</th><th>offline</th><th>count</th><th>share</th><th>class</th><th>example keys</th></tr>");
-        for p in &f.top_pairs {
-            let _ = write!(
-                o,
-                "<tr><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&p.served),
-                esc(&p.offline),
-                p.count,
-                pct(p.share),
-                esc(&p.class),
-                esc(&p.example_keys.join(", "))
-            );
-        }
-        o.push_str("</table>");
-    }
-    o.push_str("</details>");
-}
-
-/// Side-by-side bars per bin, as shares of each side: at most 24, the null bin (last) always
-/// among them, as a shift in nulls is a shift like any other. The page carries each chart as
-/// its bins' labels and shares (`data-bins`), and its script draws them as inline SVG: drawn
-/// here, the SVG of one chart took ~4 KB (two rects and a tooltip per bar), two thirds of a
-/// skewed feature's section, where its data takes a few hundred bytes.
-fn histogram_chart(o: &mut String, d: &crate::report::Distribution) {
-    const BARS: usize = 24;
-    let mut bins: Vec<&crate::report::Bin> = d.bins.iter().take(BARS).collect();
-    if d.bins.len() > BARS {
-        if let Some(null) = d.bins.last().filter(|b| b.label == crate::stats::NULL_BIN) {
-            bins[BARS - 1] = null;
-        }
-    }
-    if bins.is_empty() {
-        return;
-    }
-    let ts: u64 = d.bins.iter().map(|b| b.served).sum::<u64>().max(1);
-    let to: u64 = d.bins.iter().map(|b| b.offline).sum::<u64>().max(1);
-    // [label, served share, offline share] per bar.
-    let data: Vec<serde_json::Value> = bins
-        .iter()
-        .map(|b| {
-            let (s, of) = (b.served as f64 / ts as f64, b.offline as f64 / to as f64);
-            serde_json::json!([b.label, round6(s), round6(of)])
-        })
-        .collect();
-    // In single quotes, so that JSON's double quotes need no escape.
-    let json = serde_json::Value::Array(data).to_string();
-    let _ = write!(
-        o,
-        "<div class=\"chart\" data-bins='{}'></div>",
-        json.replace('&', "&amp;")
-            .replace('\'', "&#39;")
-            .replace('<', "&lt;")
-    );
-}
-
-/// A share to six decimals: enough for a bar's height and for its percentage as `pct` prints
-/// it (the page's script prints it the same way).
-fn round6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
-}
-
-const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}code{font-size:13px}.v{padding:1px 6px;border-radius:3px;color:#fff}.v.pass{background:#2a7}.v.skew{background:#c33}.viol li{color:#a00}.feat{border-top:1px solid #ddd;padding:.3em 0}.meta{color:#666}.hist rect.s{fill:#3b7dd8}.hist rect.o{fill:#f0922b}.hist{display:block;margin:.3em 0;border-bottom:1px solid #999}tr.hide{display:none}";
-
-/// Draws the charts (`histogram_chart`), then filters the feature table; sets `data-report-ok`
-/// on the body when it ran, which the headless-browser test reads as proof that the page's
-/// script had no error.
-const SCRIPT: &str = "(function(){function e(t){return String(t).replace(/[&<>\"]/g,function(c){return {'&':'&amp;','<':'&lt;','>':'&gt;','\"':'&quot;'}[c];});}function p(x){return x===0?'0%':(100*x).toFixed(x<0.0001?4:2)+'%';}document.querySelectorAll('div.chart').forEach(function(d){var b=JSON.parse(d.dataset.bins),m=1e-9,h=80,w=b.length*22;b.forEach(function(x){m=Math.max(m,x[1],x[2]);});var s='<svg class=\"hist\" width=\"'+w+'\" height=\"82\" viewBox=\"0 0 '+w+' 82\" role=\"img\"><title>served (blue) and offline (orange) share per bin</title>';b.forEach(function(x,i){var hs=x[1]/m*h,ho=x[2]/m*h;s+='<g><title>'+e(x[0])+': served '+p(x[1])+' offline '+p(x[2])+'</title><rect class=\"s\" x=\"'+(i*22+1)+'\" y=\"'+(h-hs).toFixed(1)+'\" width=\"9\" height=\"'+hs.toFixed(1)+'\"/><rect class=\"o\" x=\"'+(i*22+10)+'\" y=\"'+(h-ho).toFixed(1)+'\" width=\"9\" height=\"'+ho.toFixed(1)+'\"/></g>';});d.innerHTML=s+'</svg>';});var f=document.getElementById('filter'),s=document.getElementById('skewonly');function apply(){var q=f.value.toLowerCase();document.querySelectorAll('#features tr[data-name]').forEach(function(r){var hide=(q&&r.dataset.name.toLowerCase().indexOf(q)<0)||(s.checked&&r.dataset.skew!=='true');r.classList.toggle('hide',!!hide);});}f.addEventListener('input',apply);s.addEventListener('change',apply);apply();document.body.setAttribute('data-report-ok','1');})();";

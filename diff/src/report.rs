@@ -179,12 +179,13 @@ pub struct SchemaReport {
     pub not_compared: Vec<NotCompared>,
 }
 
-/// One bucket of the distribution of numeric differences.
+/// One bucket of the distribution of numeric differences (microseconds for times).
 #[derive(Debug, Clone, Serialize)]
 pub struct DiffBucket {
-    /// Inclusive lower bound of |served - offline|.
+    /// Inclusive lower bound of |served - offline|: 0, a power of ten from 1e-12 to 1e18, or
+    /// `f64::MAX` for infinite differences.
     pub lower: f64,
-    /// Exclusive upper bound; `null`: unbounded.
+    /// Exclusive upper bound; `null` for infinite differences only.
     pub upper: Option<f64>,
     /// Pairs in the bucket (within tolerance or not).
     pub count: u64,
@@ -203,8 +204,22 @@ pub struct PairReport {
     pub share: f64,
     /// The pair's normalization class (see [`ClassReport`]).
     pub class: String,
+    /// For structs: the fields (dotted paths) in which the two values differ.
+    pub fields: Vec<String>,
     /// Up to three keys with this pair.
     pub example_keys: Vec<String>,
+}
+
+/// Mismatches in one field of a struct feature.
+#[derive(Debug, Clone, Serialize)]
+pub struct FieldReport {
+    /// The field, a dotted path for nested structs (`address.city`).
+    pub field: String,
+    /// Mismatching rows whose values differ in this field (a row counts in each field that
+    /// differs).
+    pub count: u64,
+    /// `count / mismatches`.
+    pub share: f64,
 }
 
 /// Mismatches that one normalization class explains.
@@ -305,6 +320,8 @@ pub struct FeatureReport {
     pub pairs_complete: bool,
     /// Mismatches by normalization class, largest first.
     pub classes: Vec<ClassReport>,
+    /// For structs: mismatches per field that differs, largest first (exact counts).
+    pub field_mismatches: Vec<FieldReport>,
     /// Distribution distances, when computed.
     pub distribution: Option<Distribution>,
     /// Why `distribution` is null.

@@ -5,167 +5,26 @@
 use arrow_array::Array;
 use hashbrown::HashMap;
 
-use crate::values::{self, DArr, Domain, Outcome, Owned, Val};
+use crate::values::{self, DArr, Domain, Outcome, Unit, Val};
 
-/// Distinct pairs kept per feature before the rarest are dropped (then counts of the kept
-/// pairs are lower bounds and the report says so).
-const PAIR_CAP: usize = 4096;
-/// Example keys kept per pair.
-const EXAMPLES: usize = 3;
+mod pairs;
+use pairs::Pairs;
+pub(crate) use pairs::{PAIR_CAP, offer_example};
+
 /// Distinct offline values up to which a text feature gets a categorical distribution.
 pub(crate) const CATEGORY_CAP: usize = 1000;
 /// Quantile bins of a numeric distribution.
 const BINS: usize = 20;
-/// Decades of the difference histogram: below 1e-9, then [1e-9, 1e-8) ... [1e3, inf).
-pub(crate) const DIFF_BUCKETS: usize = 14;
-
-#[derive(Debug, Clone, Default)]
-pub(crate) struct PairEntry {
-    pub(crate) count: u64,
-    pub(crate) class: u16,
-    /// Example keys by [`offer_example`].
-    pub(crate) examples: Vec<(u64, String)>,
-}
-
-/// Offers the key of hash `hash` (rendered by `key`, called only when it may be kept) to
-/// `list`, which keeps the `cap` distinct keys of smallest (hash, text), in that order. The
-/// choice depends on the set of keys offered only, not on their order: neither on which
-/// thread saw which rows, nor on which of a served key's duplicate rows was compared (a
-/// duplicate has the same hash and text, so it is kept once). A key's hash is a fixed function
-/// of the key, so the examples are the same every run, and a spread sample of the data rather
-/// than the first rows of whichever file was read first.
-pub(crate) fn offer_example(
-    list: &mut Vec<(u64, String)>,
-    cap: usize,
-    hash: u64,
-    key: impl FnOnce() -> String,
-) {
-    if cap == 0 || (list.len() >= cap && list.last().is_some_and(|(h, _)| *h < hash)) {
-        return;
-    }
-    let key = key();
-    let at = match list.binary_search_by(|(h, k)| (*h, k.as_str()).cmp(&(hash, key.as_str()))) {
-        Ok(_) => return, // already kept
-        Err(at) => at,
-    };
-    if at < cap {
-        list.insert(at, (hash, key));
-        list.truncate(cap);
-    }
-}
-
-/// Counts of mismatching (served, offline) pairs, keyed by their encodings.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Pairs {
-    pub(crate) map: HashMap<Box<[u8]>, PairEntry>,
-    /// Some pairs were dropped to stay within [`PAIR_CAP`].
-    pub(crate) truncated: bool,
-    scratch: Vec<u8>,
-}
-
-impl Pairs {
-    /// Counts one pair, of the key of hash `hash` rendered by `key`; returns its class.
-    fn add(&mut self, s: Val<'_>, o: Val<'_>, hash: u64, key: impl FnOnce() -> String) -> u16 {
-        self.scratch.clear();
-        let mut tmp = std::mem::take(&mut self.scratch);
-        tmp.extend_from_slice(&[0; 4]);
-        s.encode(&mut tmp);
-        let n = (tmp.len() - 4) as u32;
-        tmp[..4].copy_from_slice(&n.to_le_bytes());
-        o.encode(&mut tmp);
-        let class = if let Some(e) = self.map.get_mut(tmp.as_slice()) {
-            e.count += 1;
-            offer_example(&mut e.examples, EXAMPLES, hash, key);
-            e.class
-        } else {
-            let (a, b) = split(&tmp);
-            let class = values::classify(&values::decode(a), &values::decode(b));
-            self.map.insert(
-                tmp.as_slice().into(),
-                PairEntry {
-                    count: 1,
-                    class,
-                    examples: vec![(hash, key())],
-                },
-            );
-            if self.map.len() > PAIR_CAP {
-                self.prune();
-            }
-            class
-        };
-        self.scratch = tmp;
-        class
-    }
-
-    /// Drops the less frequent half: keeps every pair counted more often than the median
-    /// count, and pairs at the median (ties, arbitrary ones) until half the cap is kept. When
-    /// every count ties (all 1, the usual case for distinct values) that is half the cap.
-    fn prune(&mut self) {
-        let mut counts: Vec<u64> = self.map.values().map(|e| e.count).collect();
-        let mid = counts.len() / 2;
-        let (_, &mut cut, above) = counts.select_nth_unstable(mid);
-        let above = above.iter().filter(|&&c| c > cut).count();
-        let mut ties = (PAIR_CAP / 2).saturating_sub(above);
-        self.map.retain(|_, e| {
-            if e.count > cut {
-                true
-            } else if e.count == cut && ties > 0 {
-                ties -= 1;
-                true
-            } else {
-                false
-            }
-        });
-        self.truncated = true;
-    }
-
-    fn merge(&mut self, other: Pairs) {
-        self.truncated |= other.truncated;
-        for (k, e) in other.map {
-            let mine = self.map.entry(k).or_insert_with(|| PairEntry {
-                count: 0,
-                class: e.class,
-                examples: Vec::new(),
-            });
-            mine.count += e.count;
-            for (h, k) in e.examples {
-                offer_example(&mut mine.examples, EXAMPLES, h, || k);
-            }
-        }
-        if self.map.len() > PAIR_CAP {
-            self.prune();
-        }
-    }
-
-    /// The pairs, most frequent first: (served, offline, count, class, example keys sorted).
-    pub(crate) fn top(&self, n: usize) -> Vec<(Owned, Owned, u64, u16, Vec<String>)> {
-        let mut all: Vec<(&Box<[u8]>, &PairEntry)> = self.map.iter().collect();
-        all.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(b.0)));
-        all.into_iter()
-            .take(n)
-            .map(|(k, e)| {
-                let (a, b) = split(k);
-                let mut examples: Vec<String> = e.examples.iter().map(|(_, k)| k.clone()).collect();
-                examples.sort();
-                (
-                    values::decode(a),
-                    values::decode(b),
-                    e.count,
-                    e.class,
-                    examples,
-                )
-            })
-            .collect()
-    }
-}
-
-fn split(k: &[u8]) -> (&[u8], &[u8]) {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(k.get(..4).unwrap_or(&[0; 4]));
-    let n = (u32::from_le_bytes(w) as usize).min(k.len().saturating_sub(4));
-    let rest = k.get(4..).unwrap_or(&[]);
-    rest.split_at(n)
-}
+/// Lower bounds of the difference histogram's decades, 1e-12 to 1e18: wide enough that the
+/// top decades stay bounded for every difference worth telling apart (times are in
+/// microseconds: 1 ms is [1e3, 1e4), 1 h is [1e9, 1e10), a century under 1e16).
+const DIFF_EDGES: [f64; 31] = [
+    1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2, 1e3,
+    1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18,
+];
+/// Buckets of the difference histogram: [0, 1e-12), the decades, [1e18, f64::MAX], and one
+/// for infinite differences (an infinity, or NaN against a number).
+pub(crate) const DIFF_BUCKETS: usize = DIFF_EDGES.len() + 2;
 
 /// The label of the null bin, the last of every distribution: a feature that turns null in
 /// 30% of the rows has shifted as much as one whose values moved, so nulls are a share like
@@ -176,9 +35,10 @@ pub(crate) const NULL_BIN: &str = "null";
 /// with the null bin ([`NULL_BIN`]).
 #[derive(Debug, Clone)]
 pub(crate) enum DistSpec {
-    /// Numbers: bin `i` is `[edges[i-1], edges[i])`, bin 0 below the first edge, one more bin
-    /// for NaN, then the null bin.
-    Bins(Vec<f64>),
+    /// Numbers (in comparison units: microseconds for times): bin `i` is
+    /// `[edges[i-1], edges[i])`, bin 0 below the first edge, one more bin for NaN, then the
+    /// null bin. The unit of the offline values, when exact, prints the edges.
+    Bins(Vec<f64>, Option<Unit>),
     /// Text: the offline side's values; one more bin for values offline never had, then the
     /// null bin.
     Categories(HashMap<Box<[u8]>, u32>, Vec<String>),
@@ -189,7 +49,7 @@ pub(crate) enum DistSpec {
 impl DistSpec {
     pub(crate) fn bins(&self) -> usize {
         match self {
-            DistSpec::Bins(e) => e.len() + 3,
+            DistSpec::Bins(e, _) => e.len() + 3,
             DistSpec::Categories(_, names) => names.len() + 2,
             DistSpec::None(_) => 0,
         }
@@ -200,34 +60,22 @@ impl DistSpec {
         if col.len() == 0 {
             return DistSpec::None("no offline rows".into());
         }
+        let numbers = |n: usize, value: &dyn Fn(usize) -> Option<f64>, unit: Option<Unit>| {
+            let stride = (n / 200_000).max(1);
+            let sample: Vec<f64> = (0..n)
+                .step_by(stride)
+                .filter_map(value)
+                .filter(|v| !v.is_nan())
+                .collect();
+            Self::quantiles(sample, unit)
+        };
         match col {
-            DArr::Num(a) => {
-                let n = a.len();
-                let stride = (n / 200_000).max(1);
-                let mut sample: Vec<f64> = (0..n)
-                    .step_by(stride)
-                    .filter(|&i| a.is_valid(i))
-                    .map(|i| a.value(i))
-                    .filter(|v| !v.is_nan())
-                    .collect();
-                // Only nulls and NaN offline: one bin for every number, so that served
-                // values against offline nulls still show as the shift they are.
-                sample.sort_by(f64::total_cmp);
-                let mut distinct = sample.clone();
-                distinct.dedup();
-                let mut edges = if distinct.len() <= BINS {
-                    distinct
-                } else {
-                    let mut e: Vec<f64> = (0..BINS)
-                        .map(|k| sample[(k * sample.len()) / BINS])
-                        .collect();
-                    e.dedup();
-                    e
-                };
-                // -0.0 and 0.0 are one edge.
-                edges.dedup_by(|a, b| a == b);
-                DistSpec::Bins(edges)
-            }
+            DArr::Num(a) => numbers(a.len(), &|i| a.is_valid(i).then(|| a.value(i)), None),
+            DArr::Exact(a, u) => numbers(
+                a.len(),
+                &|i| a.is_valid(i).then(|| values::exact_f64(a.value(i), *u)),
+                Some(*u),
+            ),
             DArr::Text(a) => {
                 let mut map: HashMap<Box<[u8]>, u32> = HashMap::new();
                 let mut names = Vec::new();
@@ -254,13 +102,34 @@ impl DistSpec {
         }
     }
 
+    /// Quantile bins of the sampled offline numbers. Only nulls and NaN offline: one bin for
+    /// every number, so that served values against offline nulls still show as the shift
+    /// they are.
+    fn quantiles(mut sample: Vec<f64>, unit: Option<Unit>) -> DistSpec {
+        sample.sort_by(f64::total_cmp);
+        let mut distinct = sample.clone();
+        distinct.dedup();
+        let mut edges = if distinct.len() <= BINS {
+            distinct
+        } else {
+            let mut e: Vec<f64> = (0..BINS)
+                .map(|k| sample[(k * sample.len()) / BINS])
+                .collect();
+            e.dedup();
+            e
+        };
+        // -0.0 and 0.0 are one edge.
+        edges.dedup_by(|a, b| a == b);
+        DistSpec::Bins(edges, unit)
+    }
+
     /// Counts column `col` (rows `0..len`) into `counts`, nulls into the last bin.
     pub(crate) fn count(&self, col: &DArr, counts: &mut [u64]) {
         let Some(null_bin) = counts.len().checked_sub(1) else {
             return;
         };
         match (self, col) {
-            (DistSpec::Bins(edges), DArr::Num(a)) => {
+            (DistSpec::Bins(edges, _), DArr::Num(a)) => {
                 let nan_bin = edges.len() + 1;
                 for i in 0..a.len() {
                     if a.is_null(i) {
@@ -274,6 +143,18 @@ impl DistSpec {
                         edges.partition_point(|e| *e <= v)
                     };
                     if let Some(c) = counts.get_mut(b) {
+                        *c += 1;
+                    }
+                }
+            }
+            (DistSpec::Bins(edges, _), DArr::Exact(a, u)) => {
+                for i in 0..a.len() {
+                    if a.is_null(i) {
+                        counts[null_bin] += 1;
+                        continue;
+                    }
+                    let v = values::exact_f64(a.value(i), *u);
+                    if let Some(c) = counts.get_mut(edges.partition_point(|e| *e <= v)) {
                         *c += 1;
                     }
                 }
@@ -298,9 +179,9 @@ impl DistSpec {
     /// A label per bin.
     pub(crate) fn labels(&self) -> Vec<String> {
         match self {
-            DistSpec::Bins(edges) => {
+            DistSpec::Bins(edges, unit) => {
                 let mut out = Vec::with_capacity(edges.len() + 2);
-                let f = |v: f64| values::fmt_num(v);
+                let f = |v: f64| values::fmt_number(v, *unit);
                 for i in 0..=edges.len() {
                     out.push(
                         match (i.checked_sub(1).and_then(|j| edges.get(j)), edges.get(i)) {
@@ -340,6 +221,8 @@ pub(crate) struct FeatureAcc {
     pub(crate) diff_hist: [u64; DIFF_BUCKETS],
     /// Mismatches per class bitmask.
     pub(crate) classes: HashMap<u16, u64>,
+    /// Mismatches per struct field that differs (a row counts once for each such field).
+    pub(crate) fields: HashMap<Box<str>, u64>,
     pub(crate) pairs: Pairs,
     /// Served distribution over the spec's bins (all served rows, matched or not).
     pub(crate) dist: Vec<u64>,
@@ -348,25 +231,21 @@ pub(crate) struct FeatureAcc {
     pub(crate) nulls: u64,
 }
 
-/// The decade bucket of a positive difference; infinite and NaN ones (an infinity, or NaN
-/// against a number) go to the top bucket.
+/// The bucket of a positive difference; infinite and NaN ones (an infinity, or NaN against a
+/// number) go to the last bucket, of their own.
+#[inline]
 pub(crate) fn diff_bucket(d: f64) -> usize {
     if !d.is_finite() {
         return DIFF_BUCKETS - 1;
     }
-    if d < 1e-9 {
-        return 0;
-    }
-    let b = d.log10().floor() as i64 + 10; // 1e-9 -> 1
-    b.clamp(1, DIFF_BUCKETS as i64 - 1) as usize
+    DIFF_EDGES.partition_point(|e| *e <= d)
 }
 
-/// The lower bound of a bucket (0 for the first).
+/// The lower bound of a bucket: 0 for the first, `f64::MAX` for the infinite differences.
 pub(crate) fn diff_bucket_lower(b: usize) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        10f64.powi(b as i32 - 10)
+    match b.checked_sub(1) {
+        None => 0.0,
+        Some(i) => DIFF_EDGES.get(i).copied().unwrap_or(f64::MAX),
     }
 }
 
@@ -382,6 +261,7 @@ impl FeatureAcc {
             differ: 0,
             diff_hist: [0; DIFF_BUCKETS],
             classes: HashMap::new(),
+            fields: HashMap::new(),
             pairs: Pairs::default(),
             dist: vec![0; bins],
             rows: 0,
@@ -393,23 +273,19 @@ impl FeatureAcc {
         self.served_null + self.offline_null + self.differ
     }
 
-    /// Compares served row `i` of `s` with offline row `j` of `o`; their key has hash `hash`
-    /// and text `key()`.
+    /// Compares served value `sv` with offline value `ov`; their key has hash `hash` and text
+    /// `key()`.
     #[inline]
-    #[allow(clippy::too_many_arguments)] // the hot loop: a struct per call would cost
-    pub(crate) fn compare(
+    pub(crate) fn compare_vals(
         &mut self,
-        s: &DArr,
-        i: usize,
-        o: &DArr,
-        j: usize,
+        sv: Val<'_>,
+        ov: Val<'_>,
         abs: f64,
         rel: f64,
         hash: u64,
         key: impl FnOnce() -> String,
     ) {
         self.compared += 1;
-        let (sv, ov) = (s.get(i), o.get(j));
         match values::compare(sv, ov, abs, rel) {
             Outcome::BothNull => self.both_null += 1,
             Outcome::Equal => self.equal += 1,
@@ -429,7 +305,7 @@ impl FeatureAcc {
                     }
                     _ => {}
                 }
-                let class = self.pairs.add(sv, ov, hash, key);
+                let class = self.pairs.count(sv, ov, hash, key, &mut self.fields);
                 *self.classes.entry(class).or_insert(0) += 1;
             }
         }
@@ -448,6 +324,9 @@ impl FeatureAcc {
         }
         for (k, v) in other.classes {
             *self.classes.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in other.fields {
+            *self.fields.entry(k).or_insert(0) += v;
         }
         self.pairs.merge(other.pairs);
         for (a, b) in self.dist.iter_mut().zip(other.dist) {
@@ -599,114 +478,33 @@ mod tests {
         assert_eq!(s, [1000, 0, 0]);
     }
 
+    /// Decades from 1e-12 to 1e18, each bucket bounded but the infinite one: a 1 ms and a
+    /// 1 h shift (in microseconds) land apart, as do 1e3 and 1e9.
     #[test]
-    fn difference_buckets_are_decades() {
+    fn difference_buckets_are_bounded_decades() {
         assert_eq!(diff_bucket(0.0), 0);
-        assert_eq!(diff_bucket(5e-10), 0);
-        assert_eq!(diff_bucket(1e-9), 1);
-        assert_eq!(diff_bucket(0.5), 9);
-        assert_eq!(diff_bucket(1e9), DIFF_BUCKETS - 1);
-        assert_eq!(diff_bucket(f64::MAX), DIFF_BUCKETS - 1);
-        assert_eq!(diff_bucket(f64::INFINITY), DIFF_BUCKETS - 1);
-        assert_eq!(diff_bucket(f64::NAN), DIFF_BUCKETS - 1);
-        assert_eq!(diff_bucket_lower(9), 0.1);
-    }
-
-    /// Example keys are distinct, and the same whatever the order they were seen in and
-    /// however the rows were split between threads.
-    #[test]
-    fn example_keys_are_distinct_and_independent_of_order() {
-        let keys: Vec<(u64, String)> = (0..50u64)
-            .map(|k| ((k * 0x9e37_79b9) % 101, format!("k{k}")))
-            .collect();
-        let mut expected = keys.clone();
-        expected.sort();
-        expected.truncate(EXAMPLES);
-        for rotation in [0, 7, 31] {
-            for split in [1, 2, 5] {
-                let mut order = keys.clone();
-                order.rotate_left(rotation);
-                // Each key twice, as a served key repeated on another row would be.
-                order.extend(keys.iter().rev().cloned());
-                let mut parts: Vec<Pairs> = (0..split).map(|_| Pairs::default()).collect();
-                for (n, (h, k)) in order.into_iter().enumerate() {
-                    parts[n % split].add(Val::Num(1.0), Val::Num(2.0), h, || k);
-                }
-                let mut all = Pairs::default();
-                for p in parts {
-                    all.merge(p);
-                }
-                let top = all.top(1);
-                let mut want: Vec<String> = expected.iter().map(|(_, k)| k.clone()).collect();
-                want.sort();
-                assert_eq!(top[0].4, want, "rotation {rotation}, {split} parts");
-                assert_eq!(top[0].2, 100);
-            }
+        assert_eq!(diff_bucket(5e-13), 0);
+        assert_eq!(diff_bucket(1e-12), 1);
+        assert_eq!(diff_bucket(1e-9), 4);
+        assert_eq!(diff_bucket(0.5), 12);
+        assert_eq!(diff_bucket_lower(12), 0.1);
+        let (ms, hour) = (diff_bucket(1e3), diff_bucket(3.6e9));
+        assert_ne!(ms, hour);
+        assert_eq!(diff_bucket_lower(ms), 1e3);
+        assert_eq!(diff_bucket_lower(hour), 1e9);
+        assert_eq!(diff_bucket_lower(hour + 1), 1e10);
+        assert_eq!(diff_bucket(1e18), DIFF_BUCKETS - 2);
+        assert_eq!(diff_bucket(f64::MAX), DIFF_BUCKETS - 2);
+        assert_eq!(diff_bucket_lower(DIFF_BUCKETS - 1), f64::MAX);
+        for d in [f64::INFINITY, f64::NAN] {
+            assert_eq!(diff_bucket(d), DIFF_BUCKETS - 1);
         }
-        // The same hash, two keys: both kept, once each.
-        let mut list = Vec::new();
-        for k in ["b", "a", "b", "a"] {
-            offer_example(&mut list, 3, 5, || k.to_owned());
+        for b in 0..DIFF_BUCKETS - 1 {
+            assert!(diff_bucket_lower(b) < diff_bucket_lower(b + 1), "{b}");
         }
-        assert_eq!(list, [(5, "a".to_owned()), (5, "b".to_owned())]);
-    }
-
-    #[test]
-    fn pairs_keep_the_frequent_ones_when_pruned() {
-        let mut p = Pairs::default();
-        for _ in 0..10 {
-            p.add(Val::Text(b"a"), Val::Text(b"A"), 1, || "k".into());
+        for b in 0..DIFF_BUCKETS - 2 {
+            assert_eq!(diff_bucket(diff_bucket_lower(b + 1)), b + 1, "{b}");
         }
-        for i in 0..(PAIR_CAP * 2) {
-            p.add(Val::Num(i as f64), Val::Num(-1.5), i as u64, || "k".into());
-        }
-        assert!(p.truncated);
-        let top = p.top(1);
-        assert_eq!(top[0].2, 10);
-        assert_eq!(top[0].3, values::CASE);
-        assert_eq!(top[0].0, Owned::Text("a".into()));
-    }
-
-    /// Every pair distinct (all counts 1): pruning must keep half the cap, not empty the map.
-    #[test]
-    fn pruning_ties_keeps_half_the_cap() {
-        let mut p = Pairs::default();
-        for i in 0..=PAIR_CAP {
-            p.add(Val::Num(i as f64), Val::Num(-0.5), i as u64, || {
-                format!("k{i}")
-            });
-        }
-        assert!(p.truncated);
-        assert_eq!(p.map.len(), PAIR_CAP / 2);
-        assert_eq!(p.top(10).len(), 10);
-        // More after the prune are counted as usual.
-        p.add(Val::Num(0.25), Val::Num(-0.5), 7, || "x".into());
-        assert_eq!(p.map.len(), PAIR_CAP / 2 + 1);
-
-        // Pairs above the median stay whatever the ties; ties fill up to half the cap.
-        let mut p = Pairs::default();
-        for i in 0..PAIR_CAP / 4 {
-            for _ in 0..2 {
-                p.add(Val::Num(i as f64), Val::Num(-1.5), i as u64, || "a".into());
-            }
-        }
-        for i in 0..PAIR_CAP {
-            p.add(Val::Num(i as f64), Val::Num(-2.5), i as u64, || "b".into());
-        }
-        assert!(p.truncated);
-        let twice = p.map.values().filter(|e| e.count == 2).count();
-        assert_eq!(twice, PAIR_CAP / 4);
-        assert!(p.map.len() >= PAIR_CAP / 2, "{}", p.map.len());
-
-        // Merging two full maps of distinct pairs keeps half the cap too.
-        let (mut a, mut b) = (Pairs::default(), Pairs::default());
-        for i in 0..PAIR_CAP {
-            a.add(Val::Num(i as f64), Val::Num(1.5), i as u64, || "a".into());
-            b.add(Val::Num(i as f64), Val::Num(2.5), i as u64, || "b".into());
-        }
-        a.merge(b);
-        assert!(a.truncated);
-        assert_eq!(a.map.len(), PAIR_CAP / 2);
     }
 
     #[test]
