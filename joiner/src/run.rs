@@ -881,6 +881,22 @@ fn read_to_end(context: &JoinContext, topic: &str, partition: i32, next: i64) ->
         .is_some_and(|(low, high)| next >= high || low == high)
 }
 
+/// How far a partition is read: the consumer's position, which steps over the transaction
+/// markers no message carries (the router writes the repartition topic in transactions, so its
+/// last offset is a marker), or the task's own next offset if further.
+fn position<C: ConsumerContext>(
+    consumer: &StreamConsumer<C>,
+    topic: &str,
+    partition: i32,
+    next: i64,
+) -> i64 {
+    let at = consumer.position().ok().and_then(|l| {
+        l.find_partition(topic, partition)
+            .and_then(|e| e.offset().to_raw())
+    });
+    at.map_or(next, |at| at.max(next))
+}
+
 /// Whether records from `next` on may be left in the partition: its end as the consumer's last
 /// statistics saw it (see [`JoinContext`]) is further on, or no statistics have shown it yet
 /// (a task that starts on a backlog reads it within the first interval; they come every
@@ -1852,7 +1868,10 @@ async fn join(
                 let mut paused = 0;
                 for (p, task) in tasks.iter_mut() {
                     let next = task.next;
-                    let unread = |input: Input| has_unread(consumer.context(), [&features_topic, &events_input][input as usize], *p, next[input as usize]);
+                    let unread = |input: Input| {
+                        let topic = [&features_topic, &events_input][input as usize];
+                        has_unread(consumer.context(), topic, *p, read_to(topic, *p, next[input as usize]))
+                    };
                     let changes = task.alignment.decide(&task.state.input_times(), max_ahead_us, features_wait_us, unread);
                     crate::align::apply(&consumer, [&features_topic, &events_input], *p, &changes);
                     paused += [Input::Features, Input::Events].iter().filter(|&&i| task.alignment.is_paused(i)).count();
@@ -2047,7 +2066,10 @@ async fn join(
                 };
                 task.rows.extend(rows);
                 let next = task.next;
-                let unread = |input: Input| has_unread(consumer.context(), [&features_topic, &events_input][input as usize], p, next[input as usize]);
+                let unread = |input: Input| {
+                    let topic = [&features_topic, &events_input][input as usize];
+                    has_unread(consumer.context(), topic, p, position(&consumer, topic, p, next[input as usize]))
+                };
                 let changes = task.alignment.decide(&task.state.input_times(), max_ahead_us, features_wait_us, unread);
                 crate::align::apply(&consumer, [&features_topic, &events_input], p, &changes);
                 if (task.rows.len() >= config.output.flush_rows || task.rows.bytes() >= config.output.flush_bytes)
