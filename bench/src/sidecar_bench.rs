@@ -11,7 +11,15 @@
 //! over one ModelStreamInfer stream per scenario (Triton's streaming extension, as tritonclient's
 //! stream API sends them), pipelined, each answered by id.
 //!
-//! Run with `bench/sidecar.sh` (builds release binaries first).
+//! Beside them, for the gRPC bindings, the same load goes through nginx (`grpc_pass` to an
+//! upstream with keepalive connections, one worker process) and HAProxy (`proto h2` on both
+//! sides, one thread), the proxies a user would put there instead, each in front of the same
+//! model server; their CPU is read the same way (for nginx, the master and its workers).
+//! `--before <featurelog binary>` adds the sidecar scenarios run by another build, so that a
+//! change is measured against the build before it in the same rounds.
+//!
+//! Run with `bench/sidecar.sh` (builds release binaries first, installs nginx and HAProxy
+//! from the Debian packages when they are missing).
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -68,6 +76,55 @@ struct Args {
     /// The protocol binding the load uses.
     #[arg(long, value_enum, default_value = "grpc")]
     protocol: Protocol,
+    /// The scenarios to run, in this order each round (comma-separated). Default: direct,
+    /// pass-through, logging, then nginx and haproxy (gRPC bindings, when installed), then
+    /// before-pass-through and before-logging (with `--before`).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scenarios: Vec<Scenario>,
+    /// Another build's `featurelog` binary, for the `before-*` scenarios.
+    #[arg(long, value_name = "BINARY")]
+    before: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Scenario {
+    /// Straight to the model server.
+    Direct,
+    /// Through the sidecar, logging off.
+    PassThrough,
+    /// Through the sidecar, logging.
+    Logging,
+    /// Through nginx's `grpc_pass`.
+    Nginx,
+    /// Through HAProxy, HTTP/2 on both sides.
+    Haproxy,
+    /// Through the `--before` build of the sidecar, logging off.
+    BeforePassThrough,
+    /// Through the `--before` build of the sidecar, logging.
+    BeforeLogging,
+}
+
+impl Scenario {
+    fn label(self) -> &'static str {
+        match self {
+            Scenario::Direct => "direct",
+            Scenario::PassThrough => "pass-through",
+            Scenario::Logging => "logging",
+            Scenario::Nginx => "nginx",
+            Scenario::Haproxy => "haproxy",
+            Scenario::BeforePassThrough => "before-pass-through",
+            Scenario::BeforeLogging => "before-logging",
+        }
+    }
+
+    /// The sidecar's mode, for the sidecar scenarios.
+    fn sidecar_mode(self) -> Option<&'static str> {
+        match self {
+            Scenario::PassThrough | Scenario::BeforePassThrough => Some("pass-through"),
+            Scenario::Logging | Scenario::BeforeLogging => Some("log"),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -280,6 +337,95 @@ fn cpu_seconds(pid: u32) -> f64 {
     featurelog_bench::cpu_seconds(Some(pid))
 }
 
+/// CPU seconds of process `pid` and all its descendants (nginx's master and workers).
+fn tree_cpu_seconds(pid: u32) -> f64 {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(child) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // The parent is the second field after the command, which is in parentheses.
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+            if let Some(parent) = parent {
+                parents.push((child, parent));
+            }
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parents.iter().filter(|(_, q)| *q == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree.into_iter().map(cpu_seconds).sum()
+}
+
+/// `name` on the PATH or in the sbin directories (where Debian puts nginx and HAProxy).
+fn find_tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1).map(|uid| uid == "0"))
+        .unwrap_or(false)
+}
+
+/// nginx in front of the model server as its gRPC proxy guide has it: `grpc_pass` to an
+/// upstream that keeps its connections, one worker process (as the sidecar's one thread and
+/// HAProxy's), no access log.
+fn nginx_config(dir: &Path, name: &str, listen: SocketAddr, upstream: SocketAddr) -> PathBuf {
+    let d = dir.display();
+    // As root nginx hands its workers to `nobody`, who cannot read the temporary directory.
+    let user = if running_as_root() {
+        "user root;\n"
+    } else {
+        ""
+    };
+    let path = dir.join(format!("{name}.conf"));
+    std::fs::write(
+        &path,
+        format!(
+            "{user}worker_processes 1;\ndaemon off;\npid {d}/{name}.pid;\nerror_log stderr warn;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/{name}-body;\n  proxy_temp_path {d}/{name}-proxy;\n\
+               client_max_body_size 64m;\n  keepalive_requests 1000000;\n\
+               upstream model {{ server {upstream}; keepalive 32; keepalive_requests 1000000; }}\n\
+               server {{\n    listen {listen} http2;\n    location / {{ grpc_pass grpc://model; }}\n  }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// HAProxy in front of the model server: HTTP/2 on both sides (`proto h2`), one thread.
+fn haproxy_config(dir: &Path, name: &str, listen: SocketAddr, upstream: SocketAddr) -> PathBuf {
+    let path = dir.join(format!("{name}.cfg"));
+    std::fs::write(
+        &path,
+        format!(
+            "global\n  nbthread 1\n  maxconn 4096\n\
+             defaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n\
+             frontend grpc\n  bind {listen} proto h2\n  default_backend model\n\
+             backend model\n  server model {upstream} proto h2\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
 /// CPU seconds per thread group (tokio workers, publisher threads, librdkafka threads, other).
 fn cpu_by_group(pid: u32) -> [f64; 4] {
     let mut out = [0.0; 4];
@@ -412,7 +558,8 @@ struct Run {
     errors: u64,
     p50_ms: f64,
     p99_ms: f64,
-    sidecar_cpu_us_per_call: Option<f64>,
+    /// CPU per call of the proxy in between (the sidecar, nginx or HAProxy).
+    proxy_cpu_us_per_call: Option<f64>,
     /// Per call: proxy (tokio), publisher threads, librdkafka, other.
     sidecar_groups_us: [f64; 4],
     model_cpu_us_per_call: f64,
@@ -462,7 +609,7 @@ async fn measure(
     args: &Args,
     addr: SocketAddr,
     rest_addr: Option<SocketAddr>,
-    sidecar_pid: Option<u32>,
+    proxy_pid: Option<u32>,
     model_pid: u32,
     template: &Arc<Vec<ModelInferRequest>>,
     bodies: &Arc<Vec<(bytes::Bytes, Option<usize>)>>,
@@ -482,11 +629,11 @@ async fn measure(
         None => Target::Grpc(client, template.clone()),
     };
     load(&target, args.rate, args.warmup, &format!("{label}-warm")).await;
-    let (s0, m0) = (sidecar_pid.map(cpu_seconds), cpu_seconds(model_pid));
-    let g0 = sidecar_pid.map(cpu_by_group).unwrap_or_default();
+    let (s0, m0) = (proxy_pid.map(tree_cpu_seconds), cpu_seconds(model_pid));
+    let g0 = proxy_pid.map(cpu_by_group).unwrap_or_default();
     let (mut lat, errors) = load(&target, args.rate, args.duration, label).await;
-    let (s1, m1) = (sidecar_pid.map(cpu_seconds), cpu_seconds(model_pid));
-    let g1 = sidecar_pid.map(cpu_by_group).unwrap_or_default();
+    let (s1, m1) = (proxy_pid.map(tree_cpu_seconds), cpu_seconds(model_pid));
+    let g1 = proxy_pid.map(cpu_by_group).unwrap_or_default();
     lat.sort_by(f64::total_cmp);
     let calls = lat.len() as u64 + errors;
     Ok(Run {
@@ -494,7 +641,7 @@ async fn measure(
         errors,
         p50_ms: percentile(&lat, 0.5),
         p99_ms: percentile(&lat, 0.99),
-        sidecar_cpu_us_per_call: s0.zip(s1).map(|(a, b)| (b - a) * 1e6 / calls as f64),
+        proxy_cpu_us_per_call: s0.zip(s1).map(|(a, b)| (b - a) * 1e6 / calls as f64),
         sidecar_groups_us: std::array::from_fn(|i| (g1[i] - g0[i]) * 1e6 / calls as f64),
         model_cpu_us_per_call: (m1 - m0) * 1e6 / calls as f64,
     })
@@ -548,9 +695,28 @@ fn write_sidecar_config(
     path
 }
 
+/// Median and range of `values` (NaN when empty).
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    ((v[(n - 1) / 2] + v[n / 2]) / 2.0, v[0], v[n - 1])
+}
+
+/// One scenario's proxy for one round: the process to measure and where the load goes.
+struct Started {
+    proc: Option<Proc>,
+    grpc: SocketAddr,
+    rest: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
     let bin = std::env::current_exe()?
         .parent()
         .context("no exe dir")?
@@ -560,6 +726,38 @@ async fn main() -> anyhow::Result<()> {
             "{} not found: build it with `cargo build --release --bins`",
             bin.display()
         );
+    }
+    let grpc = matches!(args.protocol, Protocol::Grpc | Protocol::GrpcStream);
+    let (nginx, haproxy) = (find_tool("nginx"), find_tool("haproxy"));
+    if args.scenarios.is_empty() {
+        args.scenarios = vec![Scenario::Direct, Scenario::PassThrough, Scenario::Logging];
+        for (tool, scenario) in [(&nginx, Scenario::Nginx), (&haproxy, Scenario::Haproxy)] {
+            match tool {
+                Some(_) if grpc => args.scenarios.push(scenario),
+                None if grpc => eprintln!(
+                    "{} is not installed (bench/sidecar.sh installs it): its scenario is skipped",
+                    scenario.label()
+                ),
+                _ => {}
+            }
+        }
+        if args.before.is_some() {
+            args.scenarios
+                .extend([Scenario::BeforePassThrough, Scenario::BeforeLogging]);
+        }
+    }
+    for s in &args.scenarios {
+        match s {
+            Scenario::Nginx | Scenario::Haproxy if !grpc => {
+                bail!("the {} scenario is for the gRPC bindings", s.label())
+            }
+            Scenario::Nginx if nginx.is_none() => bail!("nginx is not installed"),
+            Scenario::Haproxy if haproxy.is_none() => bail!("haproxy is not installed"),
+            Scenario::BeforePassThrough | Scenario::BeforeLogging if args.before.is_none() => {
+                bail!("the {} scenario needs --before", s.label())
+            }
+            _ => {}
+        }
     }
     let _dev_broker;
     let (bootstrap, broker_kind) = match &args.kafka {
@@ -617,40 +815,36 @@ async fn main() -> anyhow::Result<()> {
         args.rounds,
         args.compression
     );
+    for (tool, name) in [(&nginx, "nginx"), (&haproxy, "haproxy")] {
+        if let Some(tool) = tool
+            && args.scenarios.iter().any(|s| s.label() == name)
+        {
+            let out = Command::new(tool).arg("-v").output()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            println!("  {}", text.lines().next().unwrap_or(name).trim());
+        }
+    }
 
-    let mut results: Vec<(&str, Vec<Run>)> = vec![
-        ("direct", vec![]),
-        ("pass-through", vec![]),
-        ("logging", vec![]),
-    ];
+    let mut results: Vec<(Scenario, Vec<Run>)> =
+        args.scenarios.iter().map(|s| (*s, vec![])).collect();
     let mut published = (0.0, 0.0, 0.0, 0.0);
     for round in 0..args.rounds {
-        for (label, runs) in &mut results {
-            let run = match *label {
-                "direct" => {
-                    measure(
-                        &args,
-                        model_addr,
-                        rest_upstream,
-                        None,
-                        model.0.id(),
-                        &template,
-                        &bodies,
-                        &format!("r{round}-direct"),
-                    )
-                    .await?
-                }
-                mode_label => {
-                    let mode = if mode_label == "logging" {
-                        "log"
-                    } else {
-                        "pass-through"
-                    };
+        for (scenario, runs) in &mut results {
+            let label = scenario.label();
+            let started = match (*scenario, scenario.sidecar_mode()) {
+                (Scenario::Direct, _) => Started {
+                    proc: None,
+                    grpc: model_addr,
+                    rest: rest_upstream,
+                    metrics: None,
+                },
+                (_, Some(mode)) => {
                     let (listen, metrics_addr) = (free_addr(), free_addr());
                     let rest = rest_upstream.map(|upstream| (free_addr(), upstream));
                     let config = write_sidecar_config(
                         dir.path(),
-                        mode_label,
+                        label,
                         model_addr,
                         listen,
                         metrics_addr,
@@ -660,123 +854,217 @@ async fn main() -> anyhow::Result<()> {
                         &args.compression,
                         rest,
                     );
-                    let sidecar = spawn(&bin, &["sidecar", "--config", config.to_str().unwrap()])?;
-                    let run = measure(
-                        &args,
-                        listen,
-                        rest.map(|(listen, _)| listen),
-                        Some(sidecar.0.id()),
-                        model.0.id(),
-                        &template,
-                        &bodies,
-                        &format!("r{round}-{mode_label}"),
-                    )
-                    .await?;
-                    if mode == "log" {
-                        // Let the statistics callback report the final wire bytes.
-                        tokio::time::sleep(Duration::from_millis(2500)).await;
-                        let text = scrape(metrics_addr).await?;
-                        published.0 += metric(&text, "featurelog_sidecar_record_bytes_total");
-                        published.1 += metric(&text, "featurelog_sidecar_records_produced_total");
-                        published.2 += metric(&text, "featurelog_sidecar_kafka_tx_bytes");
-                        published.3 += metric(&text, "featurelog_sidecar_request_bytes_total");
+                    let sidecar_bin = match scenario {
+                        Scenario::BeforePassThrough | Scenario::BeforeLogging => {
+                            args.before.clone().unwrap()
+                        }
+                        _ => bin.clone(),
+                    };
+                    let proc = spawn(
+                        &sidecar_bin,
+                        &["sidecar", "--config", config.to_str().unwrap()],
+                    )?;
+                    Started {
+                        proc: Some(proc),
+                        grpc: listen,
+                        rest: rest.map(|(listen, _)| listen),
+                        metrics: (mode == "log").then_some(metrics_addr),
                     }
-                    drop(sidecar);
-                    run
+                }
+                (Scenario::Nginx, None) => {
+                    let listen = free_addr();
+                    let config = nginx_config(dir.path(), label, listen, model_addr);
+                    let proc = spawn(
+                        nginx.as_ref().unwrap(),
+                        &[
+                            "-p",
+                            dir.path().to_str().unwrap(),
+                            "-e",
+                            "stderr",
+                            "-c",
+                            config.to_str().unwrap(),
+                        ],
+                    )?;
+                    Started {
+                        proc: Some(proc),
+                        grpc: listen,
+                        rest: None,
+                        metrics: None,
+                    }
+                }
+                (_, None) => {
+                    let listen = free_addr();
+                    let config = haproxy_config(dir.path(), label, listen, model_addr);
+                    let proc = spawn(
+                        haproxy.as_ref().unwrap(),
+                        &["-db", "-q", "-f", config.to_str().unwrap()],
+                    )?;
+                    Started {
+                        proc: Some(proc),
+                        grpc: listen,
+                        rest: None,
+                        metrics: None,
+                    }
                 }
             };
+            let run = measure(
+                &args,
+                started.grpc,
+                started.rest,
+                started.proc.as_ref().map(|p| p.0.id()),
+                model.0.id(),
+                &template,
+                &bodies,
+                &format!("r{round}-{label}"),
+            )
+            .await?;
+            if let (Some(metrics_addr), Scenario::Logging) = (started.metrics, *scenario) {
+                // Let the statistics callback report the final wire bytes.
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                let text = scrape(metrics_addr).await?;
+                published.0 += metric(&text, "featurelog_sidecar_record_bytes_total");
+                published.1 += metric(&text, "featurelog_sidecar_records_produced_total");
+                published.2 += metric(&text, "featurelog_sidecar_kafka_tx_bytes");
+                published.3 += metric(&text, "featurelog_sidecar_request_bytes_total");
+            }
+            drop(started);
             eprintln!(
-                "round {round} {label:>12}: {} calls, {} errors, p50 {:.2} ms, p99 {:.2} ms, sidecar CPU {} us/call",
+                "round {round} {label:>19}: {} calls, {} errors, p50 {:.2} ms, p99 {:.2} ms, proxy CPU {} us/call, model server {:.1} us/call",
                 run.calls,
                 run.errors,
                 run.p50_ms,
                 run.p99_ms,
-                run.sidecar_cpu_us_per_call
+                run.proxy_cpu_us_per_call
                     .map(|c| format!("{c:.1}"))
-                    .unwrap_or_else(|| "-".into())
+                    .unwrap_or_else(|| "-".into()),
+                run.model_cpu_us_per_call,
             );
             runs.push(run);
         }
     }
 
-    let avg =
-        |runs: &[Run], f: &dyn Fn(&Run) -> f64| runs.iter().map(f).sum::<f64>() / runs.len() as f64;
+    let range_with = |values: Vec<f64>, digits: usize| {
+        let (median, low, high) = spread(&values);
+        format!("{median:.digits$} ({low:.digits$}-{high:.digits$})")
+    };
+    let range = |values: Vec<f64>| range_with(values, 1);
     println!();
     println!(
-        "| scenario | calls | errors | p50 ms | p99 ms | sidecar CPU us/call | model server CPU us/call |"
+        "Medians over {} rounds, range in parentheses; CPU per call of the proxy process (nginx: master and workers) and of the model server.",
+        args.rounds
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for (label, runs) in &results {
+    println!();
+    println!(
+        "| scenario | calls | errors | p50 ms | p99 ms | proxy CPU us/call | model server CPU us/call |"
+    );
+    println!("| --- | ---: | ---: | --- | --- | --- | --- |");
+    for (scenario, runs) in &results {
+        let cpu = if *scenario == Scenario::Direct {
+            "-".to_string()
+        } else {
+            range(
+                runs.iter()
+                    .filter_map(|r| r.proxy_cpu_us_per_call)
+                    .collect(),
+            )
+        };
         println!(
-            "| {label} | {} | {} | {:.2} | {:.2} | {} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {cpu} | {} |",
+            scenario.label(),
             runs.iter().map(|r| r.calls).sum::<u64>(),
             runs.iter().map(|r| r.errors).sum::<u64>(),
-            avg(runs, &|r| r.p50_ms),
-            avg(runs, &|r| r.p99_ms),
-            if *label == "direct" {
-                "-".to_string()
-            } else {
-                format!(
-                    "{:.1}",
-                    avg(runs, &|r| r.sidecar_cpu_us_per_call.unwrap_or(0.0))
-                )
-            },
-            avg(runs, &|r| r.model_cpu_us_per_call),
+            range_with(runs.iter().map(|r| r.p50_ms).collect(), 2),
+            range_with(runs.iter().map(|r| r.p99_ms).collect(), 2),
+            range(runs.iter().map(|r| r.model_cpu_us_per_call).collect()),
         );
     }
-    println!();
-    println!("| sidecar CPU us/call by thread | proxy (tokio) | publisher | librdkafka | other |");
-    println!("| --- | --- | --- | --- | --- |");
-    for (label, runs) in results.iter().skip(1) {
-        let g: Vec<String> = (0..4)
-            .map(|i| format!("{:.1}", avg(runs, &|r| r.sidecar_groups_us[i])))
-            .collect();
-        println!("| {label} | {} |", g.join(" | "));
-    }
-    let cpu = |i: usize| avg(&results[i].1, &|r| r.sidecar_cpu_us_per_call.unwrap_or(0.0));
-    let lat = |i: usize, f: &dyn Fn(&Run) -> f64| avg(&results[i].1, f);
-    println!();
-    println!(
-        "logging / pass-through sidecar CPU per call: {:.3}x (target <= 1.10x)",
-        cpu(2) / cpu(1)
-    );
-    // The same ratio round by round (each round runs the two scenarios back to back): its
-    // spread says how much of a run's figure is the machine's noise rather than the sidecar.
-    let mut per_round: Vec<f64> = results[2]
-        .1
+    let sidecars: Vec<_> = results
         .iter()
-        .zip(&results[1].1)
-        .filter_map(|(log, pass)| {
-            Some(log.sidecar_cpu_us_per_call? / pass.sidecar_cpu_us_per_call?)
-        })
+        .filter(|(s, _)| s.sidecar_mode().is_some())
         .collect();
-    per_round.sort_by(f64::total_cmp);
-    if let (Some(low), Some(high)) = (per_round.first(), per_round.last()) {
-        let n = per_round.len();
-        let median = (per_round[(n - 1) / 2] + per_round[n / 2]) / 2.0;
-        println!("  per round: median {median:.3}x, {low:.3}x to {high:.3}x over {n} rounds");
+    if !sidecars.is_empty() {
+        println!();
+        println!(
+            "| sidecar CPU us/call by thread (median) | proxy (tokio) | publisher | librdkafka | other |"
+        );
+        println!("| --- | --- | --- | --- | --- |");
+        for (scenario, runs) in sidecars {
+            let g: Vec<String> = (0..4)
+                .map(|i| {
+                    let (m, _, _) = spread(
+                        &runs
+                            .iter()
+                            .map(|r| r.sidecar_groups_us[i])
+                            .collect::<Vec<_>>(),
+                    );
+                    format!("{m:.1}")
+                })
+                .collect();
+            println!("| {} | {} |", scenario.label(), g.join(" | "));
+        }
     }
-    println!(
-        "added latency vs direct: pass-through p50 +{:.2} ms, p99 +{:.2} ms; logging p50 +{:.2} ms, p99 +{:.2} ms",
-        lat(1, &|r| r.p50_ms) - lat(0, &|r| r.p50_ms),
-        lat(1, &|r| r.p99_ms) - lat(0, &|r| r.p99_ms),
-        lat(2, &|r| r.p50_ms) - lat(0, &|r| r.p50_ms),
-        lat(2, &|r| r.p99_ms) - lat(0, &|r| r.p99_ms),
-    );
-    let body = if matches!(args.protocol, Protocol::Grpc | Protocol::GrpcStream) {
-        "gRPC"
-    } else {
-        "HTTP"
+
+    // Each ratio is taken round by round (the scenarios of a round run back to back), so its
+    // spread says how much of it is the machine's noise rather than the proxies.
+    let runs_of = |s: Scenario| results.iter().find(|(r, _)| *r == s).map(|(_, runs)| runs);
+    let ratio = |num: Scenario, den: Scenario, target: &str| {
+        let (Some(a), Some(b)) = (runs_of(num), runs_of(den)) else {
+            return;
+        };
+        let per_round: Vec<f64> = a
+            .iter()
+            .zip(b)
+            .filter_map(|(x, y)| Some(x.proxy_cpu_us_per_call? / y.proxy_cpu_us_per_call?))
+            .collect();
+        let (median, low, high) = spread(&per_round);
+        println!(
+            "{} / {} CPU per call: median {median:.3}x, {low:.3}x to {high:.3}x over {} rounds{target}",
+            num.label(),
+            den.label(),
+            per_round.len()
+        );
     };
-    let records = published.1.max(1.0);
-    let per_request = published.3 / records;
-    println!(
-        "bytes per call: request {per_request:.0} ({body} body); record {:.0} ({:.1}x smaller); on the wire to Kafka (compressed) {:.0} ({:.1}x smaller, target >= 5x)",
-        published.0 / records,
-        per_request / (published.0 / records),
-        published.2 / records,
-        per_request / (published.2 / records),
+    println!();
+    ratio(Scenario::PassThrough, Scenario::Nginx, " (target <= 1)");
+    ratio(Scenario::PassThrough, Scenario::Haproxy, " (target <= 1)");
+    ratio(
+        Scenario::Logging,
+        Scenario::PassThrough,
+        " (target <= 1.10x)",
     );
+    ratio(Scenario::PassThrough, Scenario::BeforePassThrough, "");
+    ratio(Scenario::Logging, Scenario::BeforeLogging, "");
+    ratio(Scenario::BeforeLogging, Scenario::BeforePassThrough, "");
+
+    if let Some(direct) = runs_of(Scenario::Direct) {
+        let p50 = |runs: &Vec<Run>| spread(&runs.iter().map(|r| r.p50_ms).collect::<Vec<_>>()).0;
+        let p99 = |runs: &Vec<Run>| spread(&runs.iter().map(|r| r.p99_ms).collect::<Vec<_>>()).0;
+        let added: Vec<String> = results
+            .iter()
+            .filter(|(s, _)| *s != Scenario::Direct)
+            .map(|(s, runs)| {
+                format!(
+                    "{} p50 {:+.2} ms, p99 {:+.2} ms",
+                    s.label(),
+                    p50(runs) - p50(direct),
+                    p99(runs) - p99(direct)
+                )
+            })
+            .collect();
+        println!("added latency vs direct (medians): {}", added.join("; "));
+    }
+    if runs_of(Scenario::Logging).is_some() {
+        let body = if grpc { "gRPC" } else { "HTTP" };
+        let records = published.1.max(1.0);
+        let per_request = published.3 / records;
+        println!(
+            "bytes per call: request {per_request:.0} ({body} body); record {:.0} ({:.1}x smaller); on the wire to Kafka (compressed) {:.0} ({:.1}x smaller, target >= 5x)",
+            published.0 / records,
+            per_request / (published.0 / records),
+            published.2 / records,
+            per_request / (published.2 / records),
+        );
+    }
     drop(model);
     Ok(())
 }
