@@ -873,24 +873,24 @@ pub(crate) fn source_id(index: usize, partition: i32) -> i32 {
 /// Whether `next` (the next offset to read) is the end of the partition, as the consumer's
 /// last statistics saw it (see [`JoinContext`]); false while they have not seen it yet.
 fn read_to_end(context: &JoinContext, topic: &str, partition: i32, next: i64) -> bool {
+    end_of(context, topic, partition).is_some_and(|(low, high)| next >= high || low == high)
+}
+
+/// A partition's low and high watermarks as the consumer's last statistics saw them.
+fn end_of(context: &JoinContext, topic: &str, partition: i32) -> Option<(i64, i64)> {
     context
         .ends
         .lock()
         .ok()
         .and_then(|ends| ends.get(&(topic.to_owned(), partition)).copied())
-        .is_some_and(|(low, high)| next >= high || low == high)
 }
 
 /// How far a partition is read: the consumer's position, which steps over the transaction
 /// markers no message carries (the router writes the repartition topic in transactions, so its
 /// last offset is a marker), or the task's own next offset if further.
-fn position<C: ConsumerContext>(
-    consumer: &StreamConsumer<C>,
-    topic: &str,
-    partition: i32,
-    next: i64,
-) -> i64 {
-    let at = consumer.position().ok().and_then(|l| {
+/// `positions` is the consumer's `position()`.
+fn position(positions: Option<&TopicPartitionList>, topic: &str, partition: i32, next: i64) -> i64 {
+    let at = positions.and_then(|l| {
         l.find_partition(topic, partition)
             .and_then(|e| e.offset().to_raw())
     });
@@ -902,12 +902,7 @@ fn position<C: ConsumerContext>(
 /// (a task that starts on a backlog reads it within the first interval; they come every
 /// second).
 fn has_unread(context: &JoinContext, topic: &str, partition: i32, next: i64) -> bool {
-    context
-        .ends
-        .lock()
-        .ok()
-        .and_then(|ends| ends.get(&(topic.to_owned(), partition)).copied())
-        .is_none_or(|(low, high)| next < high && low < high)
+    end_of(context, topic, partition).is_none_or(|(low, high)| next < high && low < high)
 }
 
 /// The committed offset of a partition the router has read nothing of (its low watermark when
@@ -1838,13 +1833,7 @@ async fn join(
                 // the transaction markers no message carries (an app writing its events in
                 // transactions ends each with one), or the task's own next offset if further.
                 let positions = consumer.position().ok();
-                let read_to = |topic: &str, p: i32, next: i64| {
-                    let position = positions
-                        .as_ref()
-                        .and_then(|l| l.find_partition(topic, p))
-                        .and_then(|e| e.offset().to_raw());
-                    position.map_or(next, |at| at.max(next))
-                };
+                let read_to = |topic: &str, p: i32, next: i64| position(positions.as_ref(), topic, p, next);
                 for (p, task) in tasks.iter_mut() {
                     // What the router does for an events partition it reads (router_progress).
                     if direct && task.last_events.elapsed() >= idle && read_to_end(consumer.context(), &events_input, *p, read_to(&events_input, *p, task.next[1])) {
@@ -2068,7 +2057,7 @@ async fn join(
                 let next = task.next;
                 let unread = |input: Input| {
                     let topic = [&features_topic, &events_input][input as usize];
-                    has_unread(consumer.context(), topic, p, position(&consumer, topic, p, next[input as usize]))
+                    has_unread(consumer.context(), topic, p, position(consumer.position().ok().as_ref(), topic, p, next[input as usize]))
                 };
                 let changes = task.alignment.decide(&task.state.input_times(), max_ahead_us, features_wait_us, unread);
                 crate::align::apply(&consumer, [&features_topic, &events_input], p, &changes);
