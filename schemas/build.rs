@@ -17,13 +17,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.protoc_executable(protoc);
     // Tensor payloads can be megabytes: `Bytes` lets the sidecar slice them without copying.
     config.bytes(["."]);
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_with_config(
-            config,
-            &protos.map(std::path::PathBuf::from),
-            &[std::path::PathBuf::from("proto"), well_known],
-        )?;
+    let includes = [std::path::PathBuf::from("proto"), well_known];
+    if std::env::var_os("CARGO_FEATURE_GRPC").is_some() {
+        tonic_prost_build::configure()
+            .build_server(true)
+            .build_client(true)
+            .compile_with_config(config, &protos.map(std::path::PathBuf::from), &includes)?;
+    } else {
+        config.compile_protos(&protos, &includes)?;
+    }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! The protobuf schemas of featurelog, compiled with prost and tonic.
+//! The protobuf schemas of featurelog, compiled with prost (and tonic's service stubs with the
+//! `grpc` feature).
 //!
 //! - [`inference`]: the Open Inference Protocol (KServe V2) gRPC service and messages, wire-compatible
 //!   with Triton, KServe and MLServer.
@@ -16,7 +17,7 @@ pub mod tensor;
 /// The Open Inference Protocol (KServe V2), package `inference`.
 #[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
 pub mod inference {
-    tonic::include_proto!("inference");
+    include!(concat!(env!("OUT_DIR"), "/inference.rs"));
 }
 
 /// featurelog's own records, by package version.
@@ -24,7 +25,7 @@ pub mod featurelog {
     /// Version 1 of the record formats, package `featurelog.v1`.
     #[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
     pub mod v1 {
-        tonic::include_proto!("featurelog.v1");
+        include!(concat!(env!("OUT_DIR"), "/featurelog.v1.rs"));
     }
 }
 
