@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command, for a fresh machine as for a developer's:
 #   1. installs what the build and the tests need and the machine lacks (Debian packages),
-#   2. checks formatting (cargo fmt) and lints (cargo clippy -D warnings),
+#   2. checks formatting (cargo fmt), lints (cargo clippy -D warnings), the build at the declared
+#      rust-version, and the dependency tree's licenses, duplicates and sources (cargo deny),
 #   3. starts a real single-node Kafka broker with scripts/kafka.sh and a real S3-compatible
 #      server (MinIO, built once with go install) with scripts/s3.sh, and builds Prometheus's
 #      promtool once (scripts/promtool.sh) for the alerting rules' unit tests and h2spec once
@@ -76,11 +77,39 @@ h2spec_log=$(mktemp)
 scripts/h2spec.sh --path >"$h2spec_log" 2>&1 &
 h2spec_fetch=$!
 
+# cargo-deny (licenses, bans, sources), installed once into ~/.cargo/bin, beside the build.
+deny_log=$(mktemp)
+if command -v cargo-deny >/dev/null; then
+  deny_fetch=
+else
+  cargo install --locked --quiet cargo-deny@0.20.2 >"$deny_log" 2>&1 &
+  deny_fetch=$!
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# The workspace builds with the toolchain its rust-version declares (rust-version is what
+# the tests run on, not a guess below it).
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+rustc_version=$(rustc --version | cut -d' ' -f2)
+if [[ $rustc_version == "$msrv" || $rustc_version == "$msrv.0" ]]; then
+  step "rust-version $msrv is the toolchain of this build"
+else
+  step "cargo check with rust-version's toolchain ($msrv)"
+  rustup run "$msrv" rustc --version >/dev/null 2>&1 || rustup toolchain install "$msrv" --profile minimal
+  cargo "+$msrv" check --workspace --all-targets --locked
+fi
+
+if [[ -n $deny_fetch ]] && ! wait "$deny_fetch"; then
+  cat "$deny_log" >&2
+  exit 1
+fi
+step "cargo deny check bans licenses sources"
+cargo deny --locked check bans licenses sources
 
 step "building the tests"
 cargo test --workspace --locked --no-run
