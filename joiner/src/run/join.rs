@@ -1,0 +1,226 @@
+//! What the join stage runs with: its consumer of both inputs, its dead-letter producer and
+//! the settings its steps need ([`Join`]), what changes as it runs ([`Running`]), and the
+//! steps the tick and the records share: recovering, committing and aligning a task.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::producer::BaseProducer;
+
+use super::consumer::{JoinContext, group_consumer};
+use super::error::{JoinError, client};
+use super::flush::flush;
+use super::inputs::Inputs;
+use super::reading::Positions;
+use super::recover::{follow_fence, recover};
+use super::task::Task;
+use crate::config::{EventsPartitioning, JoinerConfig};
+use crate::metrics::JoinMetrics;
+use crate::sink::{Dataset, SinkError};
+
+/// The join stage's clients and settings, the same from its start to its end.
+pub(super) struct Join {
+    pub(super) config: Arc<JoinerConfig>,
+    pub(super) dataset: Dataset,
+    pub(super) metrics: Arc<JoinMetrics>,
+    pub(super) consumer: StreamConsumer<JoinContext>,
+    pub(super) dead_letters: BaseProducer,
+    /// The topics the tasks read: the feature-log topic, and the router's repartition topic or
+    /// the events topic itself when it is co-partitioned with the feature logs.
+    pub(super) topics: Inputs<String>,
+    /// The feature-log topic's partitions, the dataset's count.
+    pub(super) partitions: i32,
+    pub(super) partitioning: EventsPartitioning,
+    /// Whether tasks read their events partition directly (co-partitioned events).
+    pub(super) direct: bool,
+    pub(super) held_in_topic: bool,
+    /// The name of every task of the dataset, for the completeness markers.
+    pub(super) all_tasks: Vec<String>,
+    pub(super) completeness_lag: i64,
+    pub(super) max_ahead_us: i64,
+    pub(super) features_wait_us: i64,
+}
+
+/// What the join stage changes as it runs.
+pub(super) struct Running {
+    pub(super) tasks: HashMap<i32, Task>,
+    /// The sources of the events' watermark: grows when the events topic gains partitions.
+    pub(super) event_sources: u32,
+    pub(super) partitions_checked: Instant,
+    /// The completeness markers' pass in flight.
+    pub(super) markers: Option<tokio::task::JoinHandle<MarkerPass>>,
+}
+
+/// What a pass of the completeness markers returns: the hours it marked complete.
+pub(super) type MarkerPass = Result<Vec<String>, SinkError>;
+
+impl Join {
+    /// Creates the join consumer, subscribed to both inputs, and the dead-letter producer.
+    pub(super) fn new(
+        config: Arc<JoinerConfig>,
+        dataset: Dataset,
+        partitions: i32,
+        event_sources: u32,
+        held_in_topic: bool,
+        metrics: Arc<JoinMetrics>,
+    ) -> Result<Self, JoinError> {
+        let kafka = &config.kafka;
+        let features_topic = config.input.features_topic.clone();
+        let partitioning = config.input.events_partitioning;
+        let direct = partitioning == EventsPartitioning::ByRequestId;
+        // Where a task's events come from: the router's repartition topic, or the events topic
+        // itself when it is co-partitioned with the feature logs.
+        let events_input = if direct {
+            // One topic: the config refuses several with co-partitioned events.
+            config.input.events_topic.names().concat()
+        } else {
+            config.repartition_topic()
+        };
+        let consumer = group_consumer(
+            &config,
+            &config.group,
+            &[&features_topic, &events_input],
+            // Same-numbered partitions of the two topics go to the same member.
+            // A partition resumed after read-ahead alignment paused it (crate::align) waits for
+            // the fetch in flight to its broker, which the broker holds up to fetch.wait.max.ms
+            // when the other partition has nothing new: at librdkafka's 500 ms, catching up on
+            // a backlog took a pause per half second. Raw settings in [kafka.properties] still
+            // win.
+            &[
+                ("partition.assignment.strategy", "range"),
+                ("fetch.wait.max.ms", "100"),
+            ],
+            (
+                "creating the join consumer",
+                "subscribing to the join inputs",
+            ),
+        )?;
+        let dead_letters: BaseProducer = kafka
+            .client_config(&[("enable.idempotence", "true")])
+            .create()
+            .map_err(client("creating the dead-letter producer"))?;
+        let all_tasks: Vec<String> = (0..partitions)
+            .map(|p| format!("{features_topic}-{p}"))
+            .collect();
+        // An hour is complete once every task's watermark is past its end plus the longest
+        // time a row of it can still be emitted (docs/JOINER.md, "Completeness").
+        let completeness_lag = {
+            let j = config.join_config(event_sources);
+            j.features_wait_us
+                .saturating_add(j.label_window_us.unwrap_or(0))
+        };
+        let max_ahead_us =
+            i64::try_from(config.join.max_read_ahead.as_micros()).unwrap_or(i64::MAX);
+        let features_wait_us =
+            i64::try_from(config.join.features_wait.as_micros()).unwrap_or(i64::MAX);
+        Ok(Self {
+            dataset,
+            metrics,
+            consumer,
+            dead_letters,
+            topics: Inputs {
+                features: features_topic,
+                events: events_input,
+            },
+            partitions,
+            partitioning,
+            direct,
+            held_in_topic,
+            all_tasks,
+            completeness_lag,
+            max_ahead_us,
+            features_wait_us,
+            config,
+        })
+    }
+
+    /// Drops the tasks of the partitions a rebalance took away.
+    pub(super) fn drop_revoked(&self, tasks: &mut HashMap<i32, Task>) {
+        if let Ok(mut revoked) = self.consumer.context().revoked.lock() {
+            for p in revoked.drain(..) {
+                if tasks.remove(&p).is_some() {
+                    tracing::info!(
+                        partition = p,
+                        "task revoked; its uncommitted work is redone by the next owner"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Task `p` as its latest checkpoint left it.
+    pub(super) fn recover(&self, p: i32, event_sources: u32) -> Result<Task, JoinError> {
+        tokio::task::block_in_place(|| recover(&self.dataset, p, &self.config, event_sources))
+    }
+
+    /// Commits `task`; false when another owner committed it first.
+    pub(super) fn flush(&self, task: &mut Task) -> Result<bool, JoinError> {
+        tokio::task::block_in_place(|| {
+            flush(
+                &self.dataset,
+                task,
+                self.partitioning,
+                self.completeness_lag,
+                &self.metrics,
+                &self.dead_letters,
+            )
+        })
+    }
+
+    /// Replaces task `p`, which another owner committed first, by one from that owner's
+    /// checkpoint, if `p` is still assigned here.
+    pub(super) fn follow_fence(
+        &self,
+        tasks: &mut HashMap<i32, Task>,
+        p: i32,
+        event_sources: u32,
+    ) -> Result<(), JoinError> {
+        tasks.remove(&p);
+        if let Some(task) = tokio::task::block_in_place(|| {
+            follow_fence(
+                &self.consumer,
+                &self.dataset,
+                p,
+                &self.config,
+                event_sources,
+                &self.topics,
+            )
+        })? {
+            tasks.insert(p, task);
+        }
+        Ok(())
+    }
+
+    /// Pauses or resumes the partitions of task `p` to keep its inputs within
+    /// `join.max-read-ahead` of each other (see [`crate::align`]).
+    pub(super) fn align(&self, p: i32, task: &mut Task, positions: &Positions<'_>) {
+        let next = task.next;
+        let changes = task.alignment.decide(
+            &task.state.input_times(),
+            self.max_ahead_us,
+            self.features_wait_us,
+            |input| positions.unread(&self.topics, p, next, input),
+        );
+        crate::align::apply(&self.consumer, self.topics.as_strs(), p, &changes);
+    }
+
+    /// Sends `message` to the dead-letter topic.
+    pub(super) fn dead_letter(
+        &self,
+        message: &BorrowedMessage<'_>,
+        reason: &'static str,
+        detail: &str,
+    ) {
+        crate::dead_letter::dead_letter(
+            &self.dead_letters,
+            &self.config.input.dead_letter_topic,
+            message,
+            reason,
+            detail,
+            &self.metrics,
+        );
+    }
+}

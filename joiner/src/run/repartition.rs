@@ -1,0 +1,189 @@
+//! The repartition topic's records, written by the router and read by the join tasks: batches
+//! of routed events, the router's progress, and Kafka's murmur2 partitioner that says which
+//! partition a request's events go to. Its records are sent in the router's transactions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use featurelog_schemas::featurelog::v1::{EventType, Impression};
+use rdkafka::Message as _;
+use rdkafka::error::KafkaError as RdKafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord};
+
+use super::error::{JoinError, client};
+use crate::event::{Event, EventKind};
+
+/// An app event as the router passes it on.
+pub(super) fn to_impression(e: &Event) -> Impression {
+    let (event_type, event_name) = match &e.kind {
+        EventKind::Impression => (EventType::Impression, String::new()),
+        EventKind::Click => (EventType::Click, String::new()),
+        EventKind::Conversion => (EventType::Conversion, String::new()),
+        EventKind::Other(name) => (EventType::Other, name.clone()),
+    };
+    Impression {
+        request_id: e.request_id.clone(),
+        item_id: e.item_id.clone(),
+        event_time: Some(prost_types::Timestamp {
+            seconds: e.time_us.div_euclid(1_000_000),
+            nanos: (e.time_us.rem_euclid(1_000_000) * 1000) as i32,
+        }),
+        event_type: event_type as i32,
+        event_name,
+        labels: e.labels.clone().into_iter().collect(),
+        event_id: e.event_id.clone().unwrap_or_default(),
+    }
+}
+
+/// What the router reports of its progress, in every partition of the repartition topic after
+/// the events of each transaction that changed it (docs/JOINER.md, "Watermarks"): by events
+/// partition, the event time up to which its events have been routed. A record without a key
+/// and with the `featurelog-progress` header.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct RouterProgress {
+    #[prost(btree_map = "int32, int64", tag = "1")]
+    pub(super) sources: BTreeMap<i32, i64>,
+}
+
+pub(super) const PROGRESS_HEADER: &str = "featurelog-progress";
+
+/// Routed events in one repartition record: the router packs the events of one transaction
+/// that go to the same partition together, because librdkafka's work per message (on the
+/// router's produce and on the join task's consume) cost more than the join itself did for an
+/// event. A record without a key and with the `featurelog-events` header; its events are in the
+/// order they were routed.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct RoutedEvents {
+    #[prost(message, repeated, tag = "1")]
+    pub(super) events: Vec<Impression>,
+}
+
+pub(super) const EVENTS_HEADER: &str = "featurelog-events";
+
+/// A batch is sent when it holds this many events or bytes (well under the topic's default
+/// 1 MB message limit), and in any case before a transaction commits.
+pub(super) const BATCH_EVENTS: usize = 1000;
+pub(super) const BATCH_BYTES: usize = 256 * 1024;
+
+/// Kafka's murmur2 partitioner (the Java client's default for keyed records, and librdkafka's
+/// `murmur2_random` for non-empty keys): the partition of the feature logs of a request id.
+/// The router must compute it itself to put the events of several requests in one record.
+pub fn murmur2_partition(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions.max(1) as u32) as i32
+}
+
+/// Kafka's murmur2 hash (`Utils.murmur2` of the Java client).
+pub(super) fn murmur2(key: &[u8]) -> u32 {
+    const M: u32 = 0x5bd1_e995;
+    let mut h: u32 = 0x9747_b28c ^ key.len() as u32;
+    let mut chunks = key.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        for (i, b) in rest.iter().enumerate().rev() {
+            h ^= u32::from(*b) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// The events routed to each partition in the open transaction and not yet sent.
+#[derive(Default)]
+pub(super) struct Batches {
+    open: HashMap<i32, (Vec<u8>, usize)>,
+}
+
+impl Batches {
+    /// Adds an event for `partition`; sends the batch when it is full.
+    pub(super) fn add(
+        &mut self,
+        producer: &BaseProducer,
+        topic: &str,
+        partition: i32,
+        event: &Impression,
+    ) -> Result<(), JoinError> {
+        let (buf, n) = self.open.entry(partition).or_default();
+        // A repeated message field is its elements, each tagged and length-delimited.
+        prost::encoding::message::encode(1, event, buf);
+        *n += 1;
+        if *n >= BATCH_EVENTS || buf.len() >= BATCH_BYTES {
+            let (buf, _) = self.open.remove(&partition).unwrap_or_default();
+            send_batch(producer, topic, partition, &buf)?;
+        }
+        Ok(())
+    }
+
+    /// Sends every open batch.
+    pub(super) fn flush(&mut self, producer: &BaseProducer, topic: &str) -> Result<(), JoinError> {
+        for (partition, (buf, _)) in self.open.drain() {
+            send_batch(producer, topic, partition, &buf)?;
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn send_batch(
+    producer: &BaseProducer,
+    topic: &str,
+    partition: i32,
+    buf: &[u8],
+) -> Result<(), JoinError> {
+    let record = BaseRecord::<str, [u8]>::to(topic)
+        .partition(partition)
+        .payload(buf)
+        .headers(OwnedHeaders::new().insert(Header {
+            key: EVENTS_HEADER,
+            value: Some("1"),
+        }));
+    send_waiting(producer, record, "routing events")
+}
+
+/// Sends a record with the router's transactional producer, waiting while its queue is full
+/// (the transaction must hold every record, so none may be dropped).
+pub(super) fn send_waiting(
+    producer: &BaseProducer,
+    mut record: BaseRecord<'_, str, [u8]>,
+    what: &'static str,
+) -> Result<(), JoinError> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((
+                RdKafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                r,
+            )) => {
+                producer.poll(Duration::from_millis(50));
+                record = r;
+            }
+            Err((err, _)) => return Err(client(what)(err)),
+        }
+    }
+}
+
+/// The number under which the router reports the progress of partition `partition` of the
+/// `index`-th events topic (`input.events-topic`): the partition itself for the first topic,
+/// as before there could be several, so that checkpoints of one topic read the same.
+/// Config validation keeps `index` below 64; Kafka topics have far fewer than 2^20 partitions.
+pub(super) fn source_id(index: usize, partition: i32) -> i32 {
+    ((index as i32) << 20) | partition
+}
+
+/// Whether `message` has a header `key`.
+pub(super) fn has_header(message: &rdkafka::message::BorrowedMessage<'_>, key: &str) -> bool {
+    use rdkafka::message::Headers;
+    message
+        .headers()
+        .is_some_and(|h| h.iter().any(|h| h.key == key))
+}
