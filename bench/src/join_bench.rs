@@ -11,6 +11,12 @@
 //!    the same record batch with arrow's `ArrowWriter` alone.
 //!
 //! Run with `bench/join.sh`; it needs a Kafka broker in `FEATURELOG_KAFKA`.
+//!
+//! This file owns the command line and the run of the three measurements; beside it,
+//! `data.rs` makes and produces the input records, `baseline.rs` consumes them without joining,
+//! `course.rs` follows the joiner process as it runs, and `probes.rs` holds the in-process
+//! decode, join and memory probes.
+
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
 // The same allocator as the featurelog binary, so the joiner runs here as it runs there.
@@ -25,13 +31,23 @@ use clap::Parser;
 use featurelog_joiner::config::JoinerConfig;
 use featurelog_joiner::log::{Layouts, ServedLog};
 use featurelog_joiner::sink::{Dataset, SinkOptions};
-use featurelog_joiner::state::{JoinConfig, JoinState, Labels, Row};
+use featurelog_joiner::state::{Labels, Row};
 use featurelog_kafka::KafkaConfig;
-use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
 use prost::Message as _;
-use rdkafka::Message as _;
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+
+#[path = "join_bench/baseline.rs"]
+mod baseline;
+#[path = "join_bench/course.rs"]
+mod course;
+#[path = "join_bench/data.rs"]
+mod data;
+#[path = "join_bench/probes.rs"]
+mod probes;
+
+use baseline::{consume_in_own_process, consume_only, run_consume};
+use course::{Sample, metric, print_course, scrape};
+use data::{FIRST_SERVED_S, feature_log, produce};
+use probes::{decode_probe, join_probe, memory_probe};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -108,337 +124,8 @@ struct Args {
     run_consume: Option<String>,
 }
 
-fn decode_probe(args: &Args) -> anyhow::Result<()> {
-    let logs: Vec<Vec<u8>> = (0..args.requests)
-        .map(|i| feature_log(args, i).encode_to_vec())
-        .collect();
-    let n = logs.len().max(1) as f64;
-    for round in 1..=7 {
-        let started = Instant::now();
-        for l in &logs {
-            std::hint::black_box(l.clone());
-        }
-        let copy = started.elapsed().as_nanos() as f64 / n;
-        let mut layouts = Layouts::default();
-        let started = Instant::now();
-        let mut ids = 0;
-        for l in &logs {
-            ids += ServedLog::decode(l.clone(), &mut layouts)?.candidate_count();
-        }
-        let decode = started.elapsed().as_nanos() as f64 / n;
-        anyhow::ensure!(ids == logs.len() * args.candidates, "decoded {ids} ids");
-        println!(
-            "decode probe round {round}: copy + decode {decode:.0} ns per record, copy alone {copy:.0} ns: decoding {:.0} ns",
-            decode - copy
-        );
-    }
-    Ok(())
-}
-
 fn cpu_seconds() -> f64 {
     featurelog_bench::process_cpu_seconds(None)
-}
-
-/// When the first request is served (2025-11-29T18:00:00Z), in seconds.
-const FIRST_SERVED_S: i64 = 1_764_439_200;
-
-/// When request `i` is served, in microseconds (`--event-rate`).
-fn served_us(args: &Args, i: usize) -> i64 {
-    let offset = if args.event_rate > 0.0 {
-        (i as f64 * 1e6 / args.event_rate) as i64
-    } else {
-        0
-    };
-    FIRST_SERVED_S * 1_000_000 + offset
-}
-
-fn feature_log(args: &Args, i: usize) -> FeatureLog {
-    let n = args.candidates;
-    let served = served_us(args, i);
-    FeatureLog {
-        request_id: format!("bench-{i}"),
-        model_name: "ranker".into(),
-        model_version: "1".into(),
-        served_at: Some(prost_types::Timestamp {
-            seconds: served.div_euclid(1_000_000),
-            nanos: (served.rem_euclid(1_000_000) * 1000) as i32,
-        }),
-        row_count: n as u32,
-        // INT64 ids, as the sidecar logs them (numbers, `candidate_int_ids`).
-        candidate_int_ids: (0..n).map(|j| (i * 1000 + j) as i64).collect(),
-        features: (0..args.features)
-            .map(|f| Feature {
-                name: format!("f{f}"),
-                datatype: DataType::Fp32 as i32,
-                row_shape: vec![],
-                values: Some(Values {
-                    fp32_values: (0..n)
-                        .map(|j| ((i + j * 7 + f) % 97) as f32 * 0.5)
-                        .collect(),
-                    ..Default::default()
-                }),
-                per_request: false,
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-/// Impression `k` of request `i`: its item id and its JSON event, 100 ms after the request.
-fn impression(args: &Args, i: usize, k: usize) -> (String, String) {
-    let item = (i * 1000 + k * 3).to_string();
-    let body = format!(
-        r#"{{"request_id":"bench-{i}","item_id":"{item}","event_time":{},"event_type":"impression"}}"#,
-        served_us(args, i) / 1000 + 100
-    );
-    (item, body)
-}
-
-/// A join state as the benchmarks fill it: one task's, logs waiting `features_wait_us`,
-/// impressions an hour, no label window, no negatives, no memory bound.
-fn bench_state(features_wait_us: i64) -> JoinState {
-    JoinState::new(JoinConfig {
-        features_wait_us,
-        impressions_wait_us: 3_600_000_000,
-        label_window_us: None,
-        max_out_of_orderness_us: 0,
-        negatives_rate: 0.0,
-        max_bytes: usize::MAX,
-        event_sources: 1,
-    })
-}
-
-async fn produce(
-    args: &Args,
-    kafka: &KafkaConfig,
-    features: &str,
-    events: &str,
-) -> anyhow::Result<usize> {
-    let producer: FutureProducer = kafka
-        .client_config(&[
-            ("partitioner", "murmur2_random"),
-            ("linger.ms", "20"),
-            ("compression.type", "zstd"),
-        ])
-        .create()?;
-    let mut pending = Vec::new();
-    let mut impressions = 0;
-    for i in 0..args.requests {
-        let log = feature_log(args, i).encode_to_vec();
-        let id = format!("bench-{i}");
-        pending.push(
-            producer
-                .send_result(FutureRecord::to(features).key(&id).payload(&log))
-                .map_err(|(e, _)| e)?,
-        );
-        for k in 0..args.impressions {
-            let (item, body) = impression(args, i, k);
-            let event_key = if args.events_partitioning == "by-request-id" {
-                &id
-            } else {
-                &item
-            };
-            pending.push(
-                producer
-                    .send_result(FutureRecord::to(events).key(event_key).payload(&body))
-                    .map_err(|(e, _)| e)?,
-            );
-            impressions += 1;
-        }
-        if pending.len() > 20_000 {
-            for p in pending.drain(..) {
-                p.await?.map_err(|(e, _)| e)?;
-            }
-        }
-    }
-    for p in pending {
-        p.await?.map_err(|(e, _)| e)?;
-    }
-    Ok(impressions)
-}
-
-/// Reads both topics to the end, decoding nothing (the floor any consumer pays), or with
-/// `decode`, decoding every record as a plain consumer of them would (prost for the feature
-/// logs, serde_json for the events) and joining nothing.
-async fn consume_only(
-    kafka: &KafkaConfig,
-    topics: &[&str],
-    expected: usize,
-    decode: bool,
-) -> anyhow::Result<(f64, u64)> {
-    let consumer: StreamConsumer = kafka
-        .client_config(&[
-            (
-                "group.id",
-                &format!("bench-consume-{decode}-{}", std::process::id()),
-            ),
-            ("auto.offset.reset", "earliest"),
-            ("enable.auto.commit", "false"),
-        ])
-        .create()?;
-    consumer.subscribe(topics)?;
-    let cpu0 = cpu_seconds();
-    let faults0 = featurelog_bench::process_minor_faults(None);
-    let mut bytes = 0usize;
-    for _ in 0..expected {
-        let m = tokio::time::timeout(Duration::from_secs(60), consumer.recv()).await??;
-        let payload = m.payload().unwrap_or_default();
-        bytes += payload.len();
-        if decode {
-            if m.topic() == topics[0] {
-                bytes += FeatureLog::decode(payload)?.candidate_int_ids.len();
-            } else {
-                bytes += serde_json::from_slice::<serde_json::Value>(payload)?
-                    .as_object()
-                    .map_or(0, serde_json::Map::len);
-            }
-        }
-    }
-    let cpu = cpu_seconds() - cpu0;
-    let faults = featurelog_bench::process_minor_faults(None) - faults0;
-    std::hint::black_box(bytes);
-    Ok((cpu, faults))
-}
-
-/// The child side of [`consume_in_own_process`]: consumes, then reports the whole process.
-async fn run_consume(args: &Args, spec: &str) -> anyhow::Result<()> {
-    let parts: Vec<&str> = spec.split(',').collect();
-    let [features, events, records, decode] = parts[..] else {
-        anyhow::bail!("--run-consume {spec}: expected features,events,records,decode");
-    };
-    let kafka = KafkaConfig::new(&args.kafka);
-    consume_only(
-        &kafka,
-        &[features, events],
-        records.parse()?,
-        decode.parse()?,
-    )
-    .await?;
-    println!(
-        "{} {}",
-        featurelog_bench::process_cpu_seconds(None),
-        featurelog_bench::process_minor_faults(None)
-    );
-    Ok(())
-}
-
-/// A baseline measured as the joiner is: a fresh process of its own (its own heap, so its
-/// memory comes fresh from the kernel as the joiner's does), its CPU counted from its start
-/// (creating the consumer and joining the group included) to the last record read.
-fn consume_in_own_process(
-    args: &Args,
-    topics: [&str; 2],
-    records: usize,
-    decode: bool,
-) -> anyhow::Result<(f64, u64)> {
-    let out = std::process::Command::new(std::env::current_exe()?)
-        .args(["--kafka", &args.kafka, "--run-consume"])
-        .arg(format!("{},{},{records},{decode}", topics[0], topics[1]))
-        .output()
-        .context("running the consume-only baseline process")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "the consume-only baseline process failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout)?;
-    let (cpu, faults) = text
-        .trim()
-        .split_once(' ')
-        .with_context(|| format!("baseline process printed {text:?}"))?;
-    Ok((cpu.parse()?, faults.parse()?))
-}
-
-/// One sample of the joiner's course (see `print_course`).
-struct Sample {
-    rows: f64,
-    cpu: f64,
-    rss: usize,
-    state: f64,
-    paused: f64,
-}
-
-/// The run in fifths of the rows written: CPU per row and memory in each, so that growth with
-/// the volume seen shows as rising figures down the table.
-fn print_course(course: &[Sample], rows: usize, out: &std::path::Path) {
-    let hours = walk_hours(out);
-    println!();
-    println!(
-        "course of the run ({rows} rows into {hours} hour directories), by fifths of the rows written:"
-    );
-    println!(
-        "| rows written | CPU us per row | resident MiB at the end (max in the fifth) | join state MiB (max) | samples with a paused partition |"
-    );
-    println!("| --- | --- | --- | --- | --- |");
-    let mut start = (0.0, 0.0);
-    let mut from = 0;
-    for fifth in 1..=5 {
-        let goal = rows as f64 * f64::from(fifth) / 5.0;
-        let Some(end) = course[from..]
-            .iter()
-            .position(|s| s.rows >= goal)
-            .map(|i| from + i)
-        else {
-            break;
-        };
-        let window = &course[from..=end];
-        let (rows, cpu) = (course[end].rows - start.0, course[end].cpu - start.1);
-        let max_rss = window.iter().map(|s| s.rss).max().unwrap_or(0);
-        let max_state = window.iter().map(|s| s.state).fold(0.0, f64::max);
-        let paused = window.iter().filter(|s| s.paused > 0.0).count();
-        println!(
-            "| {:.0}-{:.0} | {:.2} | {:.0} ({:.0}) | {:.1} | {paused} of {} |",
-            start.0,
-            course[end].rows,
-            cpu * 1e6 / rows.max(1.0),
-            course[end].rss as f64 / 1048576.0,
-            max_rss as f64 / 1048576.0,
-            max_state / 1048576.0,
-            window.len()
-        );
-        start = (course[end].rows, course[end].cpu);
-        from = end + 1;
-        if from >= course.len() {
-            break;
-        }
-    }
-}
-
-/// Hour directories (`dt=*/hr=*`) under the dataset root.
-fn walk_hours(root: &std::path::Path) -> usize {
-    let list = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
-        std::fs::read_dir(d)
-            .map(|r| r.filter_map(|e| Some(e.ok()?.path())).collect())
-            .unwrap_or_default()
-    };
-    list(root)
-        .iter()
-        .filter(|d| {
-            d.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("dt="))
-        })
-        .map(|d| list(d).len())
-        .sum()
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        // Not `sum`, whose empty float sum is -0.0.
-        .fold(0.0, |a, b| a + b)
-}
-
-async fn scrape(addr: std::net::SocketAddr) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    Some(out)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -741,88 +428,6 @@ async fn main() -> anyhow::Result<()> {
         stage.0 / alone.0,
         stage.1 / alone.1,
         stage.0 / synced.0
-    );
-    Ok(())
-}
-
-fn join_probe(args: &Args) -> anyhow::Result<()> {
-    let mut input: Vec<(bool, Vec<u8>)> = Vec::new();
-    for i in 0..args.requests {
-        input.push((true, feature_log(args, i).encode_to_vec()));
-        for k in 0..args.impressions {
-            input.push((false, impression(args, i, k).1.into_bytes()));
-        }
-    }
-    let wait_us = humantime::parse_duration(&args.features_wait)?.as_micros() as i64;
-    let fields = featurelog_joiner::event::JsonFields::default();
-    let dir = tempfile::tempdir()?;
-    let ds = Dataset::open(dir.path().join("out"), SinkOptions::default())?;
-    let flush_rows = args
-        .flush_rows
-        .unwrap_or(featurelog_joiner::config::DEFAULT_FLUSH_ROWS);
-    for round in 1..=3 {
-        let mut state = bench_state(wait_us);
-        let (mut ingest, mut stage) = (0.0, 0.0);
-        let mut rows = Vec::new();
-        let mut written = 0;
-        let mut epoch = 0;
-        let cpu0 = cpu_seconds();
-        let faults0 = featurelog_bench::process_minor_faults(None);
-        for (is_log, payload) in &input {
-            let t = Instant::now();
-            if *is_log {
-                let log = ServedLog::decode(payload.clone(), state.layouts())?;
-                rows.extend(state.add_features(log));
-            } else {
-                let e = featurelog_joiner::event::from_json(payload, &fields)?;
-                let time_us = e.time_us;
-                rows.extend(state.add_event(e));
-                rows.extend(state.source_progress(0, time_us));
-            }
-            ingest += t.elapsed().as_secs_f64();
-            if rows.len() >= flush_rows {
-                let t = Instant::now();
-                epoch += 1;
-                ds.stage("probe", epoch, &rows, i64::MIN)?;
-                written += rows.len();
-                rows.clear();
-                stage += t.elapsed().as_secs_f64();
-            }
-        }
-        let t = Instant::now();
-        epoch += 1;
-        ds.stage("probe", epoch, &rows, i64::MIN)?;
-        written += rows.len();
-        stage += t.elapsed().as_secs_f64();
-        let total = cpu_seconds() - cpu0;
-        let faults = featurelog_bench::process_minor_faults(None) - faults0;
-        println!(
-            "join probe round {round}: {written} rows, {total:.2} CPU s (by wall clock: decode + join {ingest:.2} s, Parquet {stage:.2} s), {faults} page faults, {} requests left in the state",
-            state.requests()
-        );
-    }
-    Ok(())
-}
-
-/// Fills a join state as the joiner does and prints its memory per request: the state's own
-/// accounting (what its memory bound counts) and the growth of resident memory.
-fn memory_probe(args: &Args) -> anyhow::Result<()> {
-    let mut state = bench_state(3_600_000_000);
-    let n = args.requests.min(20_000);
-    let rss_before = featurelog_bench::resident_bytes(None);
-    for i in 0..n {
-        // As the joiner reads them from Kafka: packed float values stay in the bytes.
-        let raw = feature_log(args, i).encode_to_vec();
-        let log = ServedLog::decode(raw, state.layouts())?;
-        state.add_features(log);
-    }
-    let rss_growth = featurelog_bench::resident_bytes(None).saturating_sub(rss_before);
-    println!(
-        "memory per buffered request ({} candidates x {} features): {:.0} bytes by the state's accounting (the record's bytes plus fixed costs per entry and candidate), {:.0} bytes of resident memory growth",
-        args.candidates,
-        args.features,
-        state.bytes() as f64 / n as f64,
-        rss_growth as f64 / n as f64,
     );
     Ok(())
 }
