@@ -10,8 +10,9 @@
 //!   the commit that lets anyone publish the file;
 //! - it only grows: a change reads it, adds columns and writes it back, and no other writer's
 //!   change comes in between (a lock on a file under `_featurelog/locks/` on a local directory,
-//!   a PUT conditional on the ETag read on an object store). A plain overwrite could put back a
-//!   smaller schema read before another writer added a column and committed a file with it;
+//!   a PUT conditional on the ETag read on an object store: `Storage::update` in local.rs and
+//!   s3.rs). A plain overwrite could put back a smaller schema read before another writer added
+//!   a column and committed a file with it;
 //! - where it is missing (a dataset that has data files but not it yet), it is made from the
 //!   footers of the data files there, then the new file's columns.
 //!
@@ -20,33 +21,22 @@
 //! commit): readers read that column as nulls.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 
 use arrow_schema::{Field, FieldRef, Schema};
-use object_store::{ObjectStoreExt as _, PutMode, PutOptions, PutPayload, UpdateVersion};
 use parquet::arrow::{ArrowWriter, parquet_to_arrow_schema};
 use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
 
-use super::{
-    Local, MODEL_PARTITION, Remote, SinkError, Storage, create_dirs, path_segment, sync_dir,
-};
+use super::error::SinkError;
+use super::layout::MODEL_PARTITION;
+use super::storage::Storage;
 
 /// The file's name, in the dataset's root (and in each model's directory).
 pub const COMMON_METADATA: &str = "_common_metadata";
 
-/// What [`Storage::update`] makes of a file's current content (`None`: there is none): the new
-/// content, or `None` to leave it as it is.
-pub(super) type Update<'a> = dyn FnMut(Option<&[u8]>) -> Result<Option<Vec<u8>>, SinkError> + 'a;
-
 /// Bytes read from the end of a data file to find its footer: most footers fit, so one request
 /// per file.
 const FOOTER_GUESS: usize = 64 * 1024;
-
-/// Conditional PUTs lost to other writers before giving up: each loss means another writer
-/// added columns in between, which happens a few times at most when new columns arrive.
-const ATTEMPTS: usize = 100;
 
 /// The columns this writer has seen in each `_common_metadata` (by directory: "" for the root,
 /// `model=<name>/`). They stay there: it only grows.
@@ -256,155 +246,13 @@ fn unreadable(storage: &dyn Storage, dir: &str, e: parquet::errors::ParquetError
     }
 }
 
-/// [`Storage::update`] on a local directory: under an exclusive `flock` of a lock file of its
-/// own, which the kernel releases when the holder exits however it exits (a lock file that is
-/// merely created would outlive a `kill -9` and stop every writer). The new content replaces the
-/// old by rename, so a reader sees one or the other, whole.
-pub(super) fn update_local(
-    local: &Local,
-    relative: &str,
-    update: &mut Update<'_>,
-) -> Result<(), SinkError> {
-    let lock_path = local.root.join(format!(
-        "_featurelog/locks/{}",
-        path_segment(relative, b'.')
-    ));
-    if let Some(dir) = lock_path.parent() {
-        create_dirs(dir)?;
-    }
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(super::io("create", &lock_path))?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| super::io("lock", &lock_path)(e.into()))?;
-    let path = local.root.join(relative);
-    let current = match fs::read(&path) {
-        Ok(bytes) => Some(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(super::io("read", &path)(e)),
-    };
-    let Some(bytes) = update(current.as_deref())? else {
-        return Ok(());
-    };
-    let dir = path.parent().unwrap_or(&local.root).to_owned();
-    create_dirs(&dir)?;
-    // Written beside the lock, where no reader looks even if a crash leaves it there, then
-    // renamed into place (one file system: the dataset's).
-    let mut tmp = lock_path.clone().into_os_string();
-    tmp.push(format!(".{}.tmp", local.writer));
-    let tmp = std::path::PathBuf::from(tmp);
-    let mut f = File::create(&tmp).map_err(super::io("create", &tmp))?;
-    f.write_all(&bytes).map_err(super::io("write", &tmp))?;
-    f.sync_all().map_err(super::io("fsync", &tmp))?;
-    fs::rename(&tmp, &path).map_err(super::io("rename", &tmp))?;
-    sync_dir(&dir)?;
-    // The lock is released when `lock` is closed, after the new content is durable.
-    drop(lock);
-    Ok(())
-}
-
-/// The last `len` bytes of a local file.
-pub(super) fn tail_local(local: &Local, relative: &str, len: usize) -> Result<Vec<u8>, SinkError> {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let path = local.root.join(relative);
-    let mut f = File::open(&path).map_err(super::io("read", &path))?;
-    let size = f.metadata().map_err(super::io("read", &path))?.len();
-    let start = size.saturating_sub(len as u64);
-    f.seek(SeekFrom::Start(start))
-        .map_err(super::io("read", &path))?;
-    let mut bytes = Vec::with_capacity((size - start) as usize);
-    f.read_to_end(&mut bytes)
-        .map_err(super::io("read", &path))?;
-    Ok(bytes)
-}
-
-/// [`Storage::update`] on an object store: read with its ETag, then a PUT only if the object
-/// still has that ETag (`If-Match`; `If-None-Match: *` when it was absent), again from the read
-/// when another writer changed it in between.
-pub(super) fn update_remote(
-    remote: &Remote,
-    relative: &str,
-    update: &mut Update<'_>,
-) -> Result<(), SinkError> {
-    let key = remote.key(relative);
-    for _ in 0..ATTEMPTS {
-        let (store, target) = (remote.store.clone(), key.clone());
-        let current = remote.block("read", &key, async move {
-            match store.get(&target).await {
-                Ok(got) => {
-                    let version = UpdateVersion {
-                        e_tag: got.meta.e_tag.clone(),
-                        version: got.meta.version.clone(),
-                    };
-                    Ok(Some((got.bytes().await?.to_vec(), version)))
-                }
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })?;
-        let Some(bytes) = update(current.as_ref().map(|(bytes, _)| bytes.as_slice()))? else {
-            return Ok(());
-        };
-        let mode = match current {
-            Some((_, version)) => PutMode::Update(version),
-            None => PutMode::Create,
-        };
-        let (store, target) = (remote.store.clone(), key.clone());
-        let written = remote.block("update", &key, async move {
-            match store
-                .put_opts(&target, PutPayload::from(bytes), PutOptions::from(mode))
-                .await
-            {
-                Ok(_) => Ok(true),
-                // Another writer changed it since the read: read it again.
-                Err(
-                    object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. },
-                ) => Ok(false),
-                Err(e) => Err(e),
-            }
-        })?;
-        if written {
-            return Ok(());
-        }
-    }
-    Err(SinkError::Unsupported {
-        url: remote.location(&key),
-        problem: format!("{ATTEMPTS} conditional updates in a row lost to other writers"),
-    })
-}
-
-/// The last `len` bytes of an object: one ranged GET.
-pub(super) fn tail_remote(
-    remote: &Remote,
-    relative: &str,
-    len: usize,
-) -> Result<Vec<u8>, SinkError> {
-    let key = remote.key(relative);
-    let (store, target) = (remote.store.clone(), key.clone());
-    remote.block("read", &key, async move {
-        let options = object_store::GetOptions {
-            range: Some(object_store::GetRange::Suffix(len as u64)),
-            ..Default::default()
-        };
-        Ok(store
-            .get_opts(&target, options)
-            .await?
-            .bytes()
-            .await?
-            .to_vec())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{Checkpoint, Dataset, SinkOptions};
     use super::*;
     use crate::state::{Labels, Row};
     use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
+    use std::fs;
     use std::path::Path;
 
     const HOUR_US: i64 = 3_600_000_000;

@@ -1,0 +1,174 @@
+//! What the first joiner that wrote the dataset recorded, for every later one to check its
+//! configuration against: the feature topic's partition count (docs/JOINER.md, "Partition
+//! counts"), the partition layout and the events topics. The dataset's checkpoints and paths
+//! depend on them, so the caller refuses to start on a mismatch (events topics may only be
+//! appended to).
+
+use super::Dataset;
+use super::error::SinkError;
+use super::layout::{MODEL_PARTITION, safe};
+use crate::paths;
+
+impl Dataset {
+    /// The partition count of `topic` (the feature-log topic) this dataset is written with,
+    /// recorded by the first joiner that ran on it: `partitions` if none was. A dataset is tied
+    /// to that count (a task's checkpoint holds offsets of its partitions, and a request's
+    /// partition moves when the count changes), so a joiner started after the topic gained
+    /// partitions must know, even where nothing else differs (co-partitioned events grown
+    /// alike, or a repartition topic deleted).
+    pub fn recorded_partition_count(&self, topic: &str, partitions: i32) -> Result<i32, SinkError> {
+        let name = format!("_featurelog/topics/{}.json", safe(topic));
+        let record = serde_json::json!({ "topic": topic, "partitions": partitions });
+        if self
+            .storage
+            .create(&name, record.to_string().into_bytes())?
+        {
+            return Ok(partitions);
+        }
+        let text = self.storage.get(&name)?;
+        serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("partitions")?.as_i64())
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(&name),
+                problem: "not a partition count record (`{\"partitions\": N}`)".into(),
+            })
+    }
+
+    /// Whether this dataset's rows are partitioned by model (`output.partition-by-model`), as
+    /// recorded by the first joiner that ran on it: the configured setting if none was. A
+    /// dataset written before the setting existed, with checkpoints and no record, was not.
+    /// The caller refuses to write a dataset in the other layout: its markers, its late area
+    /// and every reader's path would be split between two.
+    pub fn recorded_partition_by_model(&self) -> Result<bool, SinkError> {
+        let name = "_featurelog/layout.json";
+        let record = |by_model: bool| {
+            let columns: &[&str] = if by_model {
+                &[MODEL_PARTITION, "dt", "hr"]
+            } else {
+                &["dt", "hr"]
+            };
+            serde_json::json!({ "partition-columns": columns }).to_string()
+        };
+        if !self.storage.exists(name)? {
+            let written = !self.storage.children(paths::CHECKPOINTS)?.0.is_empty();
+            let by_model = self.options.partition_by_model && !written;
+            if self.storage.create(name, record(by_model).into_bytes())? {
+                return Ok(by_model);
+            }
+        }
+        let text = self.storage.get(name)?;
+        serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| {
+                let columns = v.get("partition-columns")?.as_array()?;
+                Some(columns.first()?.as_str()? == MODEL_PARTITION)
+            })
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(name),
+                problem: "not a layout record (`{\"partition-columns\": [...]}`)".into(),
+            })
+    }
+
+    /// The events topics this dataset was written with (`input.events-topic`), recorded at the
+    /// first start, and again when `topics` extends them (appended topics): the list as it
+    /// was before this start. The caller refuses a list that is not the recorded one followed
+    /// by more, since the checkpoints number the watermark's sources by place in the list.
+    pub fn recorded_events_topics(&self, topics: &[String]) -> Result<Vec<String>, SinkError> {
+        let name = "_featurelog/events-topics.json";
+        let record = |topics: &[String]| serde_json::json!({ "topics": topics }).to_string();
+        if self.storage.create(name, record(topics).into_bytes())? {
+            return Ok(topics.to_vec());
+        }
+        let text = self.storage.get(name)?;
+        let recorded: Vec<String> = serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| serde_json::from_value(v.get("topics")?.clone()).ok())
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(name),
+                problem: "not an events topics record (`{\"topics\": [...]}`)".into(),
+            })?;
+        if topics.len() > recorded.len() && topics.starts_with(&recorded) {
+            self.storage.put(name, record(topics).into_bytes())?;
+        }
+        Ok(recorded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::fixtures::*;
+    use crate::sink::{SinkOptions, model_dir};
+
+    #[test]
+    fn a_dataset_keeps_the_layout_it_was_first_written_with() {
+        let by_model = SinkOptions {
+            partition_by_model: true,
+            ..SinkOptions::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let first = Dataset::open(dir.path(), by_model.clone()).unwrap();
+        assert!(first.recorded_partition_by_model().unwrap());
+        let other = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert!(other.recorded_partition_by_model().unwrap(), "recorded");
+        // A dataset written before the setting existed (checkpoints, no record) was by hour.
+        let old = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(old.path(), SinkOptions::default()).unwrap();
+        let staged = ds.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
+        ds.commit(&committed("t-0", 1, &staged)).unwrap();
+        let now = Dataset::open(old.path(), by_model).unwrap();
+        assert!(!now.recorded_partition_by_model().unwrap());
+        assert_eq!(model_dir(""), "model=__HIVE_DEFAULT_PARTITION__");
+        assert_eq!(model_dir("resnet-50_v1.2"), "model=resnet-50_v1.2");
+        assert!(model_dir(&"é".repeat(100)).starts_with("model=sha256."));
+    }
+
+    #[test]
+    fn the_first_partition_count_recorded_is_the_datasets() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(ds.recorded_partition_count("features", 4).unwrap(), 4);
+        assert_eq!(ds.recorded_partition_count("features", 4).unwrap(), 4);
+        // The topic gained partitions: the dataset still says 4, in another process too.
+        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(again.recorded_partition_count("features", 8).unwrap(), 4);
+        // Another topic's dataset in the same root is its own.
+        assert_eq!(again.recorded_partition_count("other", 2).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_events_topics_recorded_grow_only_by_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(
+            ds.recorded_events_topics(&list(&["a"])).unwrap(),
+            list(&["a"])
+        );
+        // Appended: the list before this start, and the longer one is recorded.
+        assert_eq!(
+            ds.recorded_events_topics(&list(&["a", "b"])).unwrap(),
+            list(&["a"])
+        );
+        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert_eq!(
+            again.recorded_events_topics(&list(&["a", "b"])).unwrap(),
+            list(&["a", "b"])
+        );
+        // Reordered or shortened: the record stays, for the caller to refuse the start.
+        assert_eq!(
+            again.recorded_events_topics(&list(&["b", "a"])).unwrap(),
+            list(&["a", "b"])
+        );
+        assert_eq!(
+            again.recorded_events_topics(&list(&["a"])).unwrap(),
+            list(&["a", "b"])
+        );
+        assert_eq!(
+            again.recorded_events_topics(&list(&["a", "b"])).unwrap(),
+            list(&["a", "b"])
+        );
+    }
+}
