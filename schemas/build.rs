@@ -1,5 +1,6 @@
 //! Compiles the protos with the protoc that the `protoc-bin-vendored` crate ships, so a build
-//! never needs a system protoc nor downloads one.
+//! never needs a system protoc nor downloads one. Also writes the protos' FileDescriptorSet
+//! (`descriptors.bin`, imports included), which the tests of `wire` hold its field numbers to.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
@@ -13,8 +14,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={proto}");
     }
 
+    let out_dir =
+        std::path::PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc);
+    // Set on the prost config, which tonic's builder passes on as it is: written with and
+    // without the `grpc` feature.
+    config.file_descriptor_set_path(out_dir.join("descriptors.bin"));
     // Tensor payloads can be megabytes: `Bytes` lets the sidecar slice them without copying.
     config.bytes(["."]);
     let includes = [std::path::PathBuf::from("proto"), well_known];

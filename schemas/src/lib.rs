@@ -8,11 +8,19 @@
 //!   app showed and what the user did).
 //! - [`sampling`]: which requests a sample rate keeps, as every side computes it.
 //! - [`schema_registry`]: Confluent Schema Registry's header in front of a record.
+//! - [`wire`]: the protobuf wire format walked by hand, and the field numbers of the messages
+//!   walked that way.
 
 mod datatype;
 pub mod sampling;
 pub mod schema_registry;
 pub mod tensor;
+pub mod wire;
+
+/// The `FileDescriptorSet` protoc made of the protos compiled here, imports included (so
+/// `google.protobuf.Timestamp` too): the schemas as data, which the tests of [`wire`] hold its
+/// field numbers to.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
 
 /// The Open Inference Protocol (KServe V2), package `inference`.
 #[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]

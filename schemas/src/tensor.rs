@@ -346,7 +346,7 @@ fn decode_raw(
     let Some(size) = dt.raw_element_size() else {
         return decode_raw_bytes(name, raw, expected);
     };
-    if raw.len() % size != 0 {
+    if !raw.len().is_multiple_of(size) {
         return Err(TensorError::RawLength {
             tensor: name.to_owned(),
             datatype: dt_name,
