@@ -225,12 +225,12 @@ impl Thresholds {
             }
         }
         for (name, value) in checks {
-            if let Some(v) = value {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(format!(
-                        "{name} = {v}: limits and tolerances must be finite numbers >= 0"
-                    ));
-                }
+            if let Some(v) = value
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(format!(
+                    "{name} = {v}: limits and tolerances must be finite numbers >= 0"
+                ));
             }
         }
         Ok(())

@@ -372,27 +372,27 @@ impl Report {
                 });
             };
         let c = &self.coverage;
-        if let Some(l) = t.coverage.max_served_only_rate {
-            if c.served_only_rate > l {
-                push(
-                    "coverage",
-                    None,
-                    "max-served-only-rate",
-                    c.served_only_rate,
-                    l,
-                );
-            }
+        if let Some(l) = t.coverage.max_served_only_rate
+            && c.served_only_rate > l
+        {
+            push(
+                "coverage",
+                None,
+                "max-served-only-rate",
+                c.served_only_rate,
+                l,
+            );
         }
-        if let Some(l) = t.coverage.max_offline_only_rate {
-            if c.offline_only_rate > l {
-                push(
-                    "coverage",
-                    None,
-                    "max-offline-only-rate",
-                    c.offline_only_rate,
-                    l,
-                );
-            }
+        if let Some(l) = t.coverage.max_offline_only_rate
+            && c.offline_only_rate > l
+        {
+            push(
+                "coverage",
+                None,
+                "max-offline-only-rate",
+                c.offline_only_rate,
+                l,
+            );
         }
         if let Some(l) = t.coverage.max_duplicate_keys {
             for (side, n) in [
@@ -445,10 +445,10 @@ impl Report {
         for f in &mut self.features {
             let l = f.limits;
             let mut over = Vec::new();
-            if let Some(m) = l.max_mismatch_rate {
-                if f.mismatch_rate > m {
-                    over.push(("max-mismatch-rate", f.mismatch_rate, m));
-                }
+            if let Some(m) = l.max_mismatch_rate
+                && f.mismatch_rate > m
+            {
+                over.push(("max-mismatch-rate", f.mismatch_rate, m));
             }
             if let Some(d) = &f.distribution {
                 for (metric, value, limit) in [
@@ -456,10 +456,10 @@ impl Report {
                     ("max-js", Some(d.js), l.max_js),
                     ("max-ks", d.ks, l.max_ks),
                 ] {
-                    if let (Some(value), Some(limit)) = (value, limit) {
-                        if value > limit {
-                            over.push((metric, value, limit));
-                        }
+                    if let (Some(value), Some(limit)) = (value, limit)
+                        && value > limit
+                    {
+                        over.push((metric, value, limit));
                     }
                 }
             }

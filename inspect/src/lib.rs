@@ -311,11 +311,10 @@ pub fn inspect(
                     for e in position.elements_for_topic(topic) {
                         if let (Offset::Offset(o), Some(n)) =
                             (e.offset(), next.get_mut(&e.partition()))
+                            && o > *n
                         {
-                            if o > *n {
-                                *n = o;
-                                last_progress = Instant::now();
-                            }
+                            *n = o;
+                            last_progress = Instant::now();
                         }
                     }
                 }
@@ -383,15 +382,17 @@ pub fn inspect(
 /// Whether a record passes the request-id and model filters.
 fn passes(options: &Options, key: Option<&[u8]>, value: &Value) -> bool {
     let named = |field: &str, want: &str| value.get(field).and_then(Value::as_str) == Some(want);
-    if let Some(id) = &options.request_id {
-        if key != Some(id.as_bytes()) && !named("request_id", id) {
-            return false;
-        }
+    if let Some(id) = &options.request_id
+        && key != Some(id.as_bytes())
+        && !named("request_id", id)
+    {
+        return false;
     }
-    if let Some(model) = &options.model {
-        if !named("model_name", model) && !named("model", model) {
-            return false;
-        }
+    if let Some(model) = &options.model
+        && !named("model_name", model)
+        && !named("model", model)
+    {
+        return false;
     }
     true
 }

@@ -85,17 +85,17 @@ pub fn value(payload: &[u8], decode: Decode) -> Value {
 /// and the message's indexes too in front of a protobuf one; the joiner reads both).
 pub fn read(payload: &[u8], decode: Decode) -> (Option<u32>, Value) {
     if let Ok(Some((id, rest))) = schema_registry::header(payload) {
-        if matches!(decode, Decode::Auto | Decode::Json) {
-            if let Some(v) = json_value(rest) {
-                return (Some(id), v);
-            }
+        if matches!(decode, Decode::Auto | Decode::Json)
+            && let Some(v) = json_value(rest)
+        {
+            return (Some(id), v);
         }
-        if !matches!(decode, Decode::Json | Decode::Raw) {
-            if let Ok(message) = schema_registry::skip_message_indexes(rest) {
-                let v = value(message, decode);
-                if v["kind"] != "raw" {
-                    return (Some(id), v);
-                }
+        if !matches!(decode, Decode::Json | Decode::Raw)
+            && let Ok(message) = schema_registry::skip_message_indexes(rest)
+        {
+            let v = value(message, decode);
+            if v["kind"] != "raw" {
+                return (Some(id), v);
             }
         }
     }

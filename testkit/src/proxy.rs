@@ -150,11 +150,12 @@ async fn pass(client: TcpStream, target: SocketAddr, mut up: watch::Receiver<boo
                 // A request's head arrives in one write: its first line is at the start.
                 let line = chunk.split(|b| *b == b'\n').next().unwrap_or_default();
                 let line = String::from_utf8_lossy(line);
-                if let Some((method, part)) = *lose {
-                    if line.starts_with(&format!("{method} ")) && line.contains(part) {
-                        *lose = None;
-                        doomed.store(true, Ordering::SeqCst);
-                    }
+                if let Some((method, part)) = *lose
+                    && line.starts_with(&format!("{method} "))
+                    && line.contains(part)
+                {
+                    *lose = None;
+                    doomed.store(true, Ordering::SeqCst);
                 }
             }
             if to_server.write_all(chunk).await.is_err() {

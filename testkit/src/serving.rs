@@ -210,7 +210,14 @@ pub fn ranker_request(
             "user_locale".into(),
             "BYTES",
             vec![1],
-            TensorValues::Bytes(vec![if seed % 2 == 0 { "en-US" } else { "jp_JA" }.into()]),
+            TensorValues::Bytes(vec![
+                if seed.is_multiple_of(2) {
+                    "en-US"
+                } else {
+                    "jp_JA"
+                }
+                .into(),
+            ]),
         ),
         (
             "item_price".into(),

@@ -248,10 +248,10 @@ fn difference_chart(o: &mut String, f: &FeatureReport) {
 fn histogram_chart(o: &mut String, d: &crate::report::Distribution) {
     const BARS: usize = 24;
     let mut bins: Vec<&crate::report::Bin> = d.bins.iter().take(BARS).collect();
-    if d.bins.len() > BARS {
-        if let Some(null) = d.bins.last().filter(|b| b.label == crate::stats::NULL_BIN) {
-            bins[BARS - 1] = null;
-        }
+    if d.bins.len() > BARS
+        && let Some(null) = d.bins.last().filter(|b| b.label == crate::stats::NULL_BIN)
+    {
+        bins[BARS - 1] = null;
     }
     if bins.is_empty() {
         return;

@@ -107,10 +107,10 @@ fn norm_text(s: &str, mask: u16) -> Option<String> {
     if mask & SEPARATOR != 0 {
         t = t.replace(['_', '.'], "-");
     }
-    if mask & NUMBER_FORMAT != 0 {
-        if let Ok(v) = t.trim().parse::<f64>() {
-            t = format!("{}", v);
-        }
+    if mask & NUMBER_FORMAT != 0
+        && let Ok(v) = t.trim().parse::<f64>()
+    {
+        t = format!("{}", v);
     }
     Some(t)
 }

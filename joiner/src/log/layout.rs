@@ -74,12 +74,11 @@ impl Layouts {
     pub(super) fn intern(&mut self, columns: &[ColumnRef<'_>]) -> Arc<Layout> {
         // Consecutive logs of a partition are mostly of one model: try its layout first,
         // before hashing every column name.
-        if let Some(last) = &self.last {
-            if last.columns.len() == columns.len()
-                && last.columns.iter().zip(columns).all(|(a, b)| b.is(a))
-            {
-                return last.clone();
-            }
+        if let Some(last) = &self.last
+            && last.columns.len() == columns.len()
+            && last.columns.iter().zip(columns).all(|(a, b)| b.is(a))
+        {
+            return last.clone();
         }
         let layout = self.intern_hashed(columns);
         self.last = Some(layout.clone());

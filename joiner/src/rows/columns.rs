@@ -85,10 +85,10 @@ impl<'k> Finder<'k> {
         let cell = |index: usize| columns.get(index).map(|column| Cell { log, index, column });
         // The rows' logs keep their layouts alive, so a pointer seen is never reused here.
         let ptr = Arc::as_ptr(log.layout());
-        if let Some((last, at)) = self.last {
-            if last == ptr {
-                return at.and_then(cell);
-            }
+        if let Some((last, at)) = self.last
+            && last == ptr
+        {
+            return at.and_then(cell);
         }
         let matches = |c: &Column| {
             c.side == key.source

@@ -128,8 +128,7 @@ pub(super) fn recover(
             let state = match &cp.state {
                 Some(path) => {
                     let bytes = dataset.read_state(path)?;
-                    // Segments by the names the snapshot gives them (older formats: by epoch).
-                    let legacy_name = |epoch: u64| Dataset::legacy_state_name(name, epoch);
+                    // Segments by the names the snapshot gives them.
                     let segment = |file: &str| dataset.read_state(file).map_err(|e| e.to_string());
                     let read_back = |offsets: &BTreeSet<i64>| {
                         read_back(
@@ -143,7 +142,6 @@ pub(super) fn recover(
                     let state = JoinState::restore(
                         config.join_config(event_sources),
                         &bytes,
-                        legacy_name,
                         segment,
                         read_back,
                     )

@@ -99,12 +99,6 @@ impl Dataset {
         format!("{}/{epoch:020}-{}.bin", state_dir(task), self.writer)
     }
 
-    /// The name state files had before they were named per writer: the segments that snapshots
-    /// of formats up to 3 refer to by epoch only.
-    pub fn legacy_state_name(task: &str, epoch: u64) -> String {
-        format!("{}/{epoch:020}.bin", state_dir(task))
-    }
-
     /// Writes this writer's state snapshot of `task` for `epoch` (under
     /// [`Dataset::state_name`]); returns its name for the checkpoint.
     pub fn stage_state(

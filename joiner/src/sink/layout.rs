@@ -27,28 +27,12 @@ pub(super) fn staging_epoch(name: &str) -> Option<u64> {
     epoch.parse().ok()
 }
 
-/// The epoch of a legacy pending file of `task` (`.part-<task>-<epoch>-<n>.parquet.pending`).
-pub(super) fn legacy_pending_epoch(name: &str, task: &str) -> Option<u64> {
-    let rest = name
-        .strip_prefix(&format!(".part-{}-", safe(task)))?
-        .strip_suffix(".parquet.pending")?;
-    let (epoch, n) = rest.split_once('-')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(epoch) || !digits(n) {
+/// The epoch of a state file's name, `<epoch>-<writer>.bin`.
+pub(super) fn state_epoch(file: &str) -> Option<u64> {
+    let (epoch, writer) = file.strip_suffix(".bin")?.split_once('-')?;
+    if writer.is_empty() {
         return None;
     }
-    epoch.parse().ok()
-}
-
-/// The epoch of a state file's name: `<epoch>-<writer>.bin`, or `<epoch>.bin` as written
-/// before state files were named per writer.
-pub(super) fn state_epoch(file: &str) -> Option<u64> {
-    let stem = file.strip_suffix(".bin")?;
-    let epoch = match stem.split_once('-') {
-        Some((epoch, writer)) if !writer.is_empty() => epoch,
-        Some(_) => return None,
-        None => stem,
-    };
     epoch.parse().ok()
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::error::{SinkError, io};
-use super::layout::{legacy_pending_epoch, path_segment, safe, staging_epoch, staging_prefix};
+use super::layout::{path_segment, safe, staging_epoch, staging_prefix};
 use super::storage::{Storage, Update};
 use super::{Dataset, SinkOptions, new_writer};
 use crate::paths;
@@ -193,29 +193,6 @@ impl Storage for Local {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io("list", &dir)(e)),
-        }
-        // Pending files beside their visible names, as joiners staged before staging was per
-        // writer: the same rule, by the epoch in their names.
-        let mut dirs = vec![self.root.clone()];
-        while let Some(dir) = dirs.pop() {
-            for entry in fs::read_dir(&dir).map_err(io("list", &dir))? {
-                let entry = entry.map_err(io("list", &dir))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    if name.starts_with("dt=") || name.starts_with("hr=") || name == "late" {
-                        dirs.push(entry.path());
-                    }
-                    continue;
-                }
-                if legacy_pending_epoch(&name, task).is_some_and(|e| e <= committed) {
-                    let path = entry.path();
-                    match fs::remove_file(&path) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(io("delete", &path)(e)),
-                    }
-                }
-            }
         }
         Ok(())
     }

@@ -144,33 +144,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
         let loser = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        // Files of a joiner before state files were named per writer.
-        for epoch in 1..=2 {
-            let name = Dataset::legacy_state_name("t/0", epoch);
-            ds.storage.put(&name, vec![epoch as u8]).unwrap();
-        }
-        let mine: Vec<String> = (3..=7)
+        // mine[i] is epoch i + 1.
+        let mine: Vec<String> = (1..=7)
             .map(|epoch| ds.stage_state("t/0", epoch, vec![epoch as u8]).unwrap())
             .collect();
         // Another writer lost epochs 5 (committed by ds) and 7 (not committed yet).
         let lost5 = loser.stage_state("t/0", 5, vec![0]).unwrap();
         let lost7 = loser.stage_state("t/0", 7, vec![0]).unwrap();
-        assert_ne!(lost5, mine[2]);
+        assert_ne!(lost5, mine[4]);
         // Checkpoint 6 reads segments 2 and 6, checkpoint 5 read 2, 4 and 5; 7 is not
         // committed.
-        let legacy2 = Dataset::legacy_state_name("t/0", 2);
         let keep = [
-            legacy2.clone(),
-            mine[3].clone(),
             mine[1].clone(),
-            mine[2].clone(),
+            mine[5].clone(),
+            mine[3].clone(),
+            mine[4].clone(),
         ];
         assert_eq!(ds.prune_state("t/0", &keep, 6).unwrap(), 3);
         let (_, mut left) = ds.storage.children("_featurelog/state/t_0").unwrap();
         left.sort();
-        let mut expected: Vec<String> = [legacy2, mine[1].clone(), mine[2].clone()]
+        let mut expected: Vec<String> = [1, 3, 4, 5, 6]
+            .map(|i| mine[i].clone())
             .into_iter()
-            .chain([mine[3].clone(), mine[4].clone(), lost7])
+            .chain([lost7])
             .map(|n| n.rsplit('/').next().unwrap().to_owned())
             .collect();
         expected.sort();

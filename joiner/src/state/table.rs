@@ -108,10 +108,10 @@ impl Pending {
 
     /// Folds a label event into the labels, or counts it outside the window (`false`).
     fn fold(&mut self, window_us: Option<i64>, early: EarlyLabel) -> bool {
-        if let (Some(impression), Some(window)) = (self.impression_us, window_us) {
-            if early.time_us > impression.saturating_add(window) {
-                return false;
-            }
+        if let (Some(impression), Some(window)) = (self.impression_us, window_us)
+            && early.time_us > impression.saturating_add(window)
+        {
+            return false;
         }
         match early.kind {
             EventKind::Impression => {}

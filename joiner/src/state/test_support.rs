@@ -83,11 +83,6 @@ pub(super) fn file(epoch: u64) -> String {
     file_of("w", epoch)
 }
 
-/// Names of state files of snapshot formats before 4 (by epoch only).
-pub(super) fn legacy(epoch: u64) -> String {
-    format!("state/{epoch:020}.bin")
-}
-
 /// Reads state files from `files`, by name.
 pub(super) fn read(
     files: &HashMap<String, Vec<u8>>,
@@ -101,7 +96,7 @@ pub(super) fn restored_from_one_checkpoint(s: &mut JoinState, config: JoinConfig
     let snap = s.snapshot(1, &file(1));
     let mut files: HashMap<String, Vec<u8>> = HashMap::default();
     files.insert(file(1), snap.bytes.clone());
-    JoinState::restore(config, &snap.bytes, legacy, read(&files), no_topic).unwrap()
+    JoinState::restore(config, &snap.bytes, read(&files), no_topic).unwrap()
 }
 
 /// For restores of states whose logs are all in state files.

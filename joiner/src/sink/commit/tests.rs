@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::sink::fixtures::*;
-use crate::sink::layout::pending_name;
 use crate::sink::{SinkOptions, Staged};
 use crate::state::{JoinConfig, JoinState, Row};
 use featurelog_schemas::featurelog::v1::FeatureLog;
@@ -42,36 +41,6 @@ fn recovery_rolls_committed_files_forward_and_drops_uncommitted_ones() {
     assert_eq!(ds.recover("never").unwrap(), None);
 }
 
-#[test]
-fn checkpoints_without_staging_roll_forward_from_pending_files_beside_the_visible_ones() {
-    // As joiners staged before staging was per writer: `.<name>.pending` in the hour's
-    // directory, and checkpoints without `staging`.
-    let dir = tempfile::tempdir().unwrap();
-    let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-    let stage_legacy = |epoch: u64, rows: &[Row], n: usize| {
-        let visible = format!("dt=1970-01-01/hr=01/part-t-0-{epoch:010}-{n:04}.parquet");
-        let bytes = ds.encode(&visible, rows).unwrap();
-        ds.storage.put(&pending_name(&visible), bytes).unwrap();
-        visible
-    };
-    let files1 = vec![stage_legacy(1, &rows(1)[..1], 0)];
-    // A loser's file of epoch 1 (not in the checkpoint) and a file of epoch 2, which may
-    // still be committed.
-    let lost = stage_legacy(1, &rows(1)[..1], 1);
-    let later = stage_legacy(2, &rows(1)[..1], 0);
-    let cp1 = checkpoint("t-0", 1, files1.clone());
-    ds.commit(&cp1).unwrap();
-    assert_eq!(ds.recover("t-0").unwrap(), Some(cp1));
-    assert_eq!(visible_files(dir.path()), files1);
-    assert!(!dir.path().join(pending_name(&lost)).exists());
-    assert!(dir.path().join(pending_name(&later)).exists());
-    // Epoch 2 commits and rolls forward from its pending file.
-    let cp2 = checkpoint("t-0", 2, vec![later.clone()]);
-    ds.commit(&cp2).unwrap();
-    assert_eq!(ds.recover("t-0").unwrap(), Some(cp2));
-    assert_eq!(visible_files(dir.path()), [files1[0].clone(), later]);
-}
-
 /// A restore of a task's state from `checkpoint`, as the runtime does.
 fn restore(ds: &Dataset, checkpoint: &Checkpoint) -> Result<JoinState, String> {
     let bytes = ds
@@ -80,7 +49,6 @@ fn restore(ds: &Dataset, checkpoint: &Checkpoint) -> Result<JoinState, String> {
     JoinState::restore(
         join_config(),
         &bytes,
-        |epoch| Dataset::legacy_state_name(&checkpoint.task, epoch),
         |file: &str| ds.read_state(file).map_err(|e| e.to_string()),
         |_| Err("no log is held by offset".into()),
     )

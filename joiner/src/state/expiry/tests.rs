@@ -4,7 +4,7 @@
 use super::negative_sampled;
 use crate::event::EventKind;
 use crate::state::table::{CANDIDATE_BYTES, ENTRY_BYTES, pending_bytes};
-use crate::state::test_support::{Feed, MIN, config, event, file, keys, legacy, log, no_topic};
+use crate::state::test_support::{Feed, MIN, config, event, file, keys, log, no_topic};
 use crate::state::{JoinState, Labels, Row};
 
 #[test]
@@ -408,7 +408,6 @@ fn one_events_partition_read_ahead_of_another_does_not_close_windows() {
     let mut r = JoinState::restore(
         c,
         &s.snapshot(1, &file(1)).bytes,
-        legacy,
         |_: &str| unreachable!(),
         no_topic,
     )

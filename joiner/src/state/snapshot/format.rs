@@ -7,6 +7,10 @@ use crate::event::EventKind;
 use crate::log::{Layouts, ServedLog};
 use crate::state::table::EarlyLabel;
 
+/// The state file format this joiner writes and reads. Bumped with any change to the messages
+/// below that an older joiner would misread; a file of another format is refused at restore.
+pub(super) const FORMAT: u32 = 4;
+
 /// Reads one length-delimited feature log of a state file, keeping its bytes.
 pub(super) fn read_log(buf: &mut &[u8], layouts: &mut Layouts) -> Result<ServedLog, String> {
     let len = prost::decode_length_delimiter(&mut *buf).map_err(|e| e.to_string())?;
@@ -44,11 +48,9 @@ pub(super) struct SnapshotHeader {
     pub(super) sources: BTreeMap<i32, i64>,
     #[prost(int64, optional, tag = "9")]
     pub(super) features_idle_us: Option<i64>,
-    /// Format 2: the logs are in segments (the state files of earlier epochs and this one);
-    /// `SnapFeature::segment` and `matched_only_segments` say where, and the segment of epoch
-    /// e is the file named for e alone. Format 1 (0 here): this file holds every log,
-    /// `features` then `matched_only`, in order. Format 3 adds offsets, format 4
-    /// `segment_files`.
+    /// [`FORMAT`]: the logs are in segments (the state files of earlier epochs and this one),
+    /// `SnapFeature::segment` and `matched_only_segments` say which, and `segment_files` names
+    /// each segment's file; logs still in the feature-log topic are named by their offset.
     #[prost(uint32, tag = "10")]
     pub(super) format: u32,
     #[prost(uint64, repeated, tag = "11")]

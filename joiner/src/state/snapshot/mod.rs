@@ -5,12 +5,10 @@
 //! - `write`: [`JoinState::snapshot`], which writes each log once, into a segment, or names
 //!   it by its offset in the feature-log topic.
 //! - `restore`: [`JoinState::restore`].
-//! - `legacy`: what only files of formats before 4 need.
 
 use super::JoinState;
 
 mod format;
-mod legacy;
 mod restore;
 #[cfg(test)]
 mod tests;

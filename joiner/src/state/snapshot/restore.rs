@@ -5,8 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::format::{SnapEarly, SnapshotHeader, read_log};
-use super::legacy;
+use super::format::{FORMAT, SnapEarly, SnapshotHeader, read_log};
 use crate::log::ServedLog;
 use crate::state::table::{FeatureEntry, Pending, pending_bytes};
 use crate::state::{HashMap, HashSet, JoinConfig, JoinState, Labels};
@@ -15,13 +14,11 @@ impl JoinState {
     /// Rebuilds a state from the bytes of [`JoinState::snapshot`]'s file; `segment` reads an
     /// earlier state file that it refers to, by name, and `read_back` the records at the given
     /// offsets of the feature-log partition (those it cannot find are left out: their logs are
-    /// counted as `lost_on_restore` and the state goes on without them). A snapshot of format 4
-    /// names its segments' files; older ones refer to segments by epoch only, and
-    /// `legacy_name` gives the name a state file of that epoch had then.
+    /// counted as `lost_on_restore` and the state goes on without them). A file of another
+    /// format than [`FORMAT`](super::format::FORMAT) is refused.
     pub fn restore(
         config: JoinConfig,
         bytes: &[u8],
-        legacy_name: impl Fn(u64) -> String,
         mut segment: impl FnMut(&str) -> Result<Vec<u8>, String>,
         read_back: impl FnOnce(
             &BTreeSet<i64>,
@@ -34,15 +31,14 @@ impl JoinState {
         let mut logs: HashMap<String, Arc<ServedLog>> = HashMap::default();
         let mut state = JoinState::new(config);
         let mut lost: HashSet<String> = HashSet::default();
-        if header.format >= 2 {
-            // The file of each segment: named in the header since format 4, by epoch before.
-            let file_of = |seg: u64| {
-                if header.format >= 4 {
-                    header.segment_files.get(&seg).cloned()
-                } else {
-                    Some(legacy::segment_file(&legacy_name, seg))
-                }
-            };
+        if header.format != FORMAT {
+            return Err(format!(
+                "state file format {} (this joiner reads format {FORMAT})",
+                header.format
+            ));
+        }
+        {
+            let file_of = |seg: u64| header.segment_files.get(&seg).cloned();
             // Which logs each segment must provide, and which the topic.
             let mut wanted: BTreeMap<u64, HashSet<&str>> = BTreeMap::new();
             let mut in_topic: BTreeMap<i64, &str> = BTreeMap::new();
@@ -126,8 +122,6 @@ impl JoinState {
                 .keys()
                 .filter_map(|e| Some((*e, file_of(*e)?)))
                 .collect();
-        } else {
-            logs = legacy::read_inline_logs(&header, buf, &mut state.layouts)?;
         }
         state.counts.lost_on_restore = lost.len() as u64;
         for f in header.features {

@@ -9,7 +9,7 @@ use featurelog_schemas::featurelog::v1::FeatureLog;
 use crate::event::EventKind;
 use crate::log::ServedLog;
 use crate::state::test_support::{
-    Feed, MIN, config, event, file, file_of, keys, legacy, log, no_topic, read,
+    Feed, MIN, config, event, file, file_of, keys, log, no_topic, read,
     restored_from_one_checkpoint,
 };
 use crate::state::{HashMap, JoinState};
@@ -96,7 +96,6 @@ fn a_restored_state_continues_exactly_like_the_original() {
             s = JoinState::restore(
                 config(Some(10 * MIN)),
                 &s.snapshot(1, &file(1)).bytes,
-                legacy,
                 |_: &str| unreachable!("everything is in the one file"),
                 no_topic,
             )
@@ -161,7 +160,6 @@ fn snapshots_write_each_log_once_and_restore_from_their_segments() {
     let mut restored = JoinState::restore(
         config(Some(10 * MIN)),
         &second.bytes,
-        legacy,
         read(&files),
         no_topic,
     )
@@ -188,14 +186,8 @@ fn snapshots_write_each_log_once_and_restore_from_their_segments() {
     assert_eq!(third.segments, [3]);
     files.clear();
     files.insert(file(3), third.bytes.clone());
-    let r = JoinState::restore(
-        config(Some(10 * MIN)),
-        &third.bytes,
-        legacy,
-        read(&files),
-        no_topic,
-    )
-    .unwrap();
+    let r =
+        JoinState::restore(config(Some(10 * MIN)), &third.bytes, read(&files), no_topic).unwrap();
     assert_eq!(r.requests(), 1);
 }
 
@@ -217,7 +209,6 @@ fn logs_the_topic_keeps_are_named_by_offset_and_read_back_on_restore() {
     let mut restored = JoinState::restore(
         config(Some(10 * MIN)),
         &first.bytes,
-        legacy,
         |f: &str| Err(format!("segment {f} should not be read")),
         |offsets: &BTreeSet<i64>| {
             asked = offsets.clone();
@@ -261,7 +252,6 @@ fn a_log_the_topic_no_longer_has_is_counted_lost_and_its_impressions_find_no_fea
     let mut r = JoinState::restore(
         config(Some(10 * MIN)),
         &snapshot.bytes,
-        legacy,
         |_: &str| unreachable!(),
         read_from(&topic),
     )
@@ -292,7 +282,6 @@ fn a_restore_refuses_a_topic_whose_offsets_hold_other_requests() {
     let err = JoinState::restore(
         config(None),
         &snapshot.bytes,
-        legacy,
         |_: &str| unreachable!(),
         read_from(&other),
     )
@@ -326,7 +315,6 @@ fn a_snapshot_compacts_segments_that_are_mostly_dead() {
     let r = JoinState::restore(
         config(None),
         &third.bytes,
-        legacy,
         |f: &str| Err(format!("segment {f} should not be read")),
         no_topic,
     )
@@ -349,7 +337,7 @@ fn a_restore_reads_each_segment_from_the_file_the_snapshot_names() {
     files.insert(file_of("b", 1), first.bytes.clone());
     // A zombie (writer a) holds the same state; both read different logs for epoch 2.
     let mut zombie =
-        JoinState::restore(config(None), &first.bytes, legacy, read(&files), no_topic).unwrap();
+        JoinState::restore(config(None), &first.bytes, read(&files), no_topic).unwrap();
     owner.add_features(log("owner", 1, &["o"]));
     zombie.add_features(log("zombie", 1, &["z"]));
     let second = owner.snapshot(2, &file_of("b", 2));
@@ -366,14 +354,7 @@ fn a_restore_reads_each_segment_from_the_file_the_snapshot_names() {
         [file_of("b", 1), file_of("b", 2), file_of("b", 3)]
     );
     files.insert(file_of("b", 3), third.bytes.clone());
-    let mut r = JoinState::restore(
-        config(None),
-        &third.bytes,
-        |e| format!("by-epoch/{e}"),
-        read(&files),
-        no_topic,
-    )
-    .unwrap();
+    let mut r = JoinState::restore(config(None), &third.bytes, read(&files), no_topic).unwrap();
     assert_eq!(r.requests(), 3);
     assert_eq!(
         keys(&r.feed(event("owner", "o", 3, EventKind::Impression))),
@@ -383,5 +364,31 @@ fn a_restore_reads_each_segment_from_the_file_the_snapshot_names() {
         r.feed(event("zombie", "z", 3, EventKind::Impression))
             .is_empty(),
         "the zombie's log is not in the owner's state"
+    );
+}
+
+#[test]
+fn a_state_file_of_another_format_is_refused_with_both_formats_named() {
+    use super::format::{FORMAT, SnapshotHeader};
+    use prost::Message;
+    let mut s = JoinState::new(config(None));
+    s.add_features(log("r1", 0, &["a"]));
+    let snap = s.snapshot(1, &file(1));
+    let mut rest = snap.bytes.as_slice();
+    let mut header = SnapshotHeader::decode_length_delimited(&mut rest).unwrap();
+    header.format = FORMAT - 1;
+    let mut older = header.encode_length_delimited_to_vec();
+    older.extend_from_slice(rest);
+    let mut files: HashMap<String, Vec<u8>> = HashMap::default();
+    files.insert(file(1), older.clone());
+    let Err(e) = JoinState::restore(config(None), &older, read(&files), no_topic) else {
+        panic!("a state file of format {} was restored", FORMAT - 1);
+    };
+    assert_eq!(
+        e,
+        format!(
+            "state file format {} (this joiner reads format {FORMAT})",
+            FORMAT - 1
+        )
     );
 }

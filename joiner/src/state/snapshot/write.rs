@@ -36,11 +36,12 @@ impl JoinState {
             .collect();
         let mut matched_only: Vec<&str> = Vec::new();
         for ((r, _), p) in &self.pending {
-            if let Some((log, _)) = &p.matched {
-                if !self.features.contains_key(r) && !live.contains_key(r.as_str()) {
-                    live.insert(r.as_str(), log);
-                    matched_only.push(r.as_str());
-                }
+            if let Some((log, _)) = &p.matched
+                && !self.features.contains_key(r)
+                && !live.contains_key(r.as_str())
+            {
+                live.insert(r.as_str(), log);
+                matched_only.push(r.as_str());
             }
         }
         // A log in a segment whose file is unknown (none can be, but a header without its name
@@ -140,7 +141,7 @@ impl JoinState {
             watermark_us: self.watermark_us,
             sources: self.sources.clone(),
             features_idle_us: Some(self.features_idle_us),
-            format: 4,
+            format: super::format::FORMAT,
             epoch,
             segment_files: self.segment_files.clone(),
             segment_bytes: self
