@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use featurelog_joiner::config::JoinerConfig;
-use featurelog_joiner::paths::DatasetPaths;
+use featurelog_joiner::sink::paths::DatasetPaths;
 
 #[derive(Debug, clap::Args)]
 pub struct JoinArgs {

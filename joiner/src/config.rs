@@ -16,7 +16,9 @@ mod output;
 mod window;
 
 pub use input::{EventFormat, EventsPartitioning, EventsTopics, InputConfig, TopicFormat};
-pub use output::{DEFAULT_FLUSH_ROWS, ObjectStoreConfig, OutputConfig, OutputLocation};
+pub use output::{
+    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_FLUSH_ROWS, ObjectStoreConfig, OutputConfig, OutputLocation,
+};
 pub use window::{HeldLogs, WindowConfig};
 
 /// The prefix of environment overrides.

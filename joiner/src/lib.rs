@@ -5,7 +5,6 @@
 //! - [`state`]: the event-time join of feature logs with those events, per task.
 //! - [`rows`]: training rows as Arrow record batches with each feature's real type.
 //! - [`sink`]: the Parquet dataset and its commit protocol (checkpoints, roll forward, recovery).
-//! - [`paths`]: where the dataset and its checkpoints, state and staging are, resolved once.
 //! - [`time`]: calendar arithmetic (RFC 3339 event times, the dataset's UTC hours).
 //!
 //! - [`config`], [`run`]: the configuration and the Kafka runtime (router and join stages);
@@ -18,7 +17,6 @@ mod dead_letter;
 pub mod event;
 pub mod log;
 pub mod metrics;
-pub mod paths;
 #[cfg(test)]
 mod proptests;
 pub mod rows;

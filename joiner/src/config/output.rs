@@ -181,8 +181,11 @@ fn default_flush_bytes() -> usize {
 fn default_row_group_rows() -> usize {
     64 * 1024
 }
+/// Default of `output.checkpoints-kept`: about 2.8 hours of 10 s flushes.
+pub const DEFAULT_CHECKPOINTS_KEPT: u64 = 1000;
+
 fn default_checkpoints_kept() -> u64 {
-    crate::sink::DEFAULT_CHECKPOINTS_KEPT
+    DEFAULT_CHECKPOINTS_KEPT
 }
 fn default_zstd_level() -> i32 {
     3

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::Dataset;
 use super::error::SinkError;
 use super::layout::{safe, staged_name, state_dir};
-use crate::paths;
+use super::paths;
 
 /// A task's committed progress.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

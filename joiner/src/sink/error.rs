@@ -54,7 +54,7 @@ pub enum SinkError {
         epoch: u64,
     },
     /// A local `output.path` lies under (or is) a regular file, so its directory cannot be
-    /// created: said once, at start-up, naming the file (see [`crate::paths`]).
+    /// created: said once, at start-up, naming the file (see [`super::paths`]).
     #[error(
         "output.path {root}: {file} is a regular file, not a directory, so the dataset cannot be created there; point output.path at a directory (or move the file away)"
     )]

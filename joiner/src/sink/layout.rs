@@ -8,7 +8,7 @@
 //! visible name until its copy completes. Datasets written before staging was per writer may hold
 //! `.part-*.parquet.pending` files beside their visible names.
 
-use crate::paths;
+use super::paths;
 
 /// An hour in microseconds.
 pub(super) const HOUR_US: i64 = 3_600_000_000;

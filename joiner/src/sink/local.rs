@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use super::error::{SinkError, io};
 use super::layout::{path_segment, safe, staging_epoch, staging_prefix};
+use super::paths;
 use super::storage::{Storage, Update};
 use super::{Dataset, SinkOptions, new_writer};
-use crate::paths;
 
 fn sync_dir(dir: &Path) -> Result<(), SinkError> {
     File::open(dir)

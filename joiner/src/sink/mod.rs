@@ -5,6 +5,7 @@
 //!
 //! - `commit.rs`: the commit protocol (stage, commit, roll forward, recover) and the state files;
 //! - `stage.rs`: a flush's rows as staged Parquet files;
+//! - `paths.rs`: where the dataset, its checkpoints, state and staging are, resolved once;
 //! - `layout.rs`: the names of everything under the root (hive partitions, staging, state);
 //! - `markers.rs`: the `_SUCCESS` markers of complete hours;
 //! - `prune.rs`: deleting the checkpoints and state files that nothing reads any more;
@@ -20,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::{OutputConfig, OutputLocation};
-use crate::paths;
 
 mod columns;
 mod commit;
@@ -29,6 +29,7 @@ mod error;
 mod layout;
 mod local;
 mod markers;
+pub mod paths;
 mod prune;
 mod records;
 mod s3;
@@ -66,8 +67,7 @@ pub struct SinkOptions {
     pub partition_by_model: bool,
 }
 
-/// Default of [`SinkOptions::checkpoints_kept`]: about 2.8 hours of 10 s flushes.
-pub const DEFAULT_CHECKPOINTS_KEPT: u64 = 1000;
+pub use crate::config::DEFAULT_CHECKPOINTS_KEPT;
 
 impl Default for SinkOptions {
     fn default() -> Self {

@@ -7,7 +7,7 @@
 use super::Dataset;
 use super::error::SinkError;
 use super::layout::{MODEL_PARTITION, safe};
-use crate::paths;
+use super::paths;
 
 impl Dataset {
     /// The partition count of `topic` (the feature-log topic) this dataset is written with,

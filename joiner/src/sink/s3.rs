@@ -12,9 +12,9 @@ use object_store::{
 
 use super::error::{SinkError, io};
 use super::layout::{safe, staging_epoch, staging_prefix};
+use super::paths;
 use super::storage::{Storage, Update};
 use super::{Dataset, SinkOptions, new_writer};
-use crate::paths;
 
 /// Creates `probe` (a name only this writer uses) twice; true when the second create is
 /// refused, as the commit's fence needs.

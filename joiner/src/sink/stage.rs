@@ -14,7 +14,7 @@ use super::Dataset;
 use super::error::SinkError;
 use super::layout::{HOUR_US, model_dir, safe, staged_name};
 use super::markers::SUCCESS;
-use crate::paths;
+use super::paths;
 use crate::rows::{hour_partition, to_record_batch};
 use crate::state::Row;
 

@@ -1,5 +1,5 @@
 //! Where the joiner writes, resolved from `[output]` in one place: the run opens its dataset
-//! there ([`crate::sink::Dataset::from_config`]) and `featurelog join --check-config` prints the
+//! there ([`super::Dataset::from_config`]) and `featurelog join --check-config` prints the
 //! same places, so that what an operator checks is what the run uses.
 //!
 //! The names under the dataset root ([`CHECKPOINTS`], [`STATE`], [`STAGING`], [`LATE`]) are the
@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::SinkError;
 use crate::config::{OutputConfig, OutputLocation};
-use crate::sink::SinkError;
 
 /// Each task's checkpoints: `<root>/_featurelog/checkpoints/<task>/<epoch>.json`.
 pub const CHECKPOINTS: &str = "_featurelog/checkpoints";
@@ -82,14 +82,11 @@ impl DatasetPaths {
         features_topic: &str,
     ) -> Vec<(&'static str, String)> {
         let hours = if output.partition_by_model {
-            format!(
-                "{}=<model>/dt=YYYY-MM-DD/hr=HH/",
-                crate::sink::MODEL_PARTITION
-            )
+            format!("{}=<model>/dt=YYYY-MM-DD/hr=HH/", super::MODEL_PARTITION)
         } else {
             "dt=YYYY-MM-DD/hr=HH/".to_owned()
         };
-        let task = format!("{}-<partition>/", crate::sink::safe(features_topic));
+        let task = format!("{}-<partition>/", super::safe(features_topic));
         vec![
             ("dataset", self.root()),
             ("hours", self.show(&hours)),
