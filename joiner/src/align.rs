@@ -55,6 +55,24 @@ impl Alignment {
         features_wait_us: i64,
         has_unread: impl Fn(Input) -> bool,
     ) -> Vec<Change> {
+        self.decide_with(times, max_ahead_us, features_wait_us, Some(has_unread))
+    }
+
+    /// [`Alignment::decide`], where `has_unread` may be `None`: an input whose lead calls for
+    /// a pause then keeps its state until a decision that can ask. Whether the other input has
+    /// records left is the consumer's position against its end, a call into librdkafka that
+    /// costs more than the join of a record; and its answer flips each time the other input
+    /// reaches its end between two of the router's transactions, where a pause and resume on
+    /// every flip would make librdkafka drop the paused partition's prefetched records and
+    /// fetch them again each time. Asked at most every so often, it costs neither.
+    pub fn decide_with(
+        &mut self,
+        times: &InputTimes,
+        max_ahead_us: i64,
+        features_wait_us: i64,
+        has_unread: Option<impl Fn(Input) -> bool>,
+    ) -> Vec<Change> {
+        let has_unread = |input: Input| has_unread.as_ref().map(|f| f(input));
         // Feature logs are measured against the events' progress, which decides when they
         // leave the state; events against the feature logs read, which they wait for.
         let features = self.next(
@@ -89,23 +107,25 @@ impl Alignment {
 
     /// Whether `input` should be paused, `lead` ahead of the other input: past the bound it is,
     /// within half of it it is not, and in between it stays as it is. Only while the other
-    /// input has records left to read (`other_unread`, asked only then): it catches up by
-    /// reading them. An input read to its end moves by its idle timeout or by new records,
-    /// which may be long in coming; pausing against it would hold back rows that could be
-    /// joined now (an impression whose click, minutes of event time later, is already read).
+    /// input has records left to read (`other_unread`, asked only then; `None` when it cannot
+    /// be asked now, and the input keeps its state): it catches up by reading them. An input
+    /// read to its end moves by its idle timeout or by new records, which may be long in
+    /// coming; pausing against it would hold back rows that could be joined now (an
+    /// impression whose click, minutes of event time later, is already read).
     fn next(
         &self,
         input: Input,
         lead: Option<i64>,
         max_ahead_us: i64,
-        other_unread: impl FnOnce() -> bool,
+        other_unread: impl FnOnce() -> Option<bool>,
     ) -> bool {
+        let paused = self.paused[input as usize].unwrap_or(false);
         let wanted = match lead {
             Some(lead) if lead > max_ahead_us => true,
-            Some(lead) if lead > max_ahead_us / 2 => self.paused[input as usize].unwrap_or(false),
+            Some(lead) if lead > max_ahead_us / 2 => paused,
             _ => false,
         };
-        wanted && other_unread()
+        wanted && other_unread().unwrap_or(paused)
     }
 
     /// Whether the input is paused.
@@ -229,6 +249,37 @@ mod tests {
                 30 * S,
                 600 * S,
                 |_| true
+            ),
+            vec![Change::Resume(Input::Features)]
+        );
+    }
+
+    #[test]
+    fn without_asking_whether_the_other_input_has_records_an_input_keeps_its_state() {
+        let never = None::<fn(Input) -> bool>;
+        let mut a = Alignment::default();
+        a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true);
+        let far = times(Some(131 * S), Some(100 * S), None);
+        // Past the bound, but whether to pause needs the other input's unread records.
+        assert!(a.decide_with(&far, 30 * S, 600 * S, never).is_empty());
+        assert_eq!(
+            a.decide(&far, 30 * S, 600 * S, |_| true),
+            vec![Change::Pause(Input::Features)]
+        );
+        // Paused, the events read to their end: it stays paused until it can ask again...
+        assert!(a.decide_with(&far, 30 * S, 600 * S, never).is_empty());
+        assert_eq!(
+            a.decide(&far, 30 * S, 600 * S, |_| false),
+            vec![Change::Resume(Input::Features)]
+        );
+        // ...but resumes without asking once the events are within half the bound.
+        a.decide(&far, 30 * S, 600 * S, |_| true);
+        assert_eq!(
+            a.decide_with(
+                &times(Some(131 * S), Some(117 * S), None),
+                30 * S,
+                600 * S,
+                never
             ),
             vec![Change::Resume(Input::Features)]
         );

@@ -57,6 +57,9 @@ pub(super) struct Running {
 /// What a pass of the completeness markers returns: the hours it marked complete.
 pub(super) type MarkerPass = Result<Vec<String>, SinkError>;
 
+/// How often a record's alignment may ask whether a task's inputs have records left to read.
+const UNREAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Join {
     /// Creates the join consumer, subscribed to both inputs, and the dead-letter producer.
     pub(super) fn new(
@@ -196,14 +199,28 @@ impl Join {
 
     /// Pauses or resumes the partitions of task `p` to keep its inputs within
     /// `join.max-read-ahead` of each other (see [`crate::align`]).
-    pub(super) fn align(&self, p: i32, task: &mut Task, positions: &Positions<'_>) {
+    /// Whether the other input has records left is asked at most every [`UNREAD_EVERY`] (or
+    /// on every tick, `ask_unread`): see [`crate::align::Alignment::decide_with`].
+    pub(super) fn align(
+        &self,
+        p: i32,
+        task: &mut Task,
+        positions: &Positions<'_>,
+        ask_unread: bool,
+    ) {
         let next = task.next;
-        let changes = task.alignment.decide(
+        let now = std::time::Instant::now();
+        let ask = ask_unread || task.unread_asked.is_none_or(|at| now - at >= UNREAD_EVERY);
+        let unread = |input| positions.unread(&self.topics, p, next, input);
+        let changes = task.alignment.decide_with(
             &task.state.input_times(),
             self.max_ahead_us,
             self.features_wait_us,
-            |input| positions.unread(&self.topics, p, next, input),
+            ask.then_some(unread),
         );
+        if ask {
+            task.unread_asked = Some(now);
+        }
         crate::align::apply(&self.consumer, self.topics.as_strs(), p, &changes);
     }
 

@@ -207,6 +207,7 @@ pub(super) fn recover(
         dirty: false,
         reported: crate::state::Counts::default(),
         alignment: crate::align::Alignment::default(),
+        unread_asked: None,
     })
 }
 
