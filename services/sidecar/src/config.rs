@@ -79,7 +79,7 @@ pub struct SidecarConfig {
     #[serde(default)]
     pub metrics: MetricsConfig,
     /// Where Kafka is. Required in `log` mode. The producer's defaults
-    /// (`publisher::PRODUCER_DEFAULTS`: idempotent, zstd level 1, 100 ms linger, murmur2
+    /// (`publish::PRODUCER_DEFAULTS`: idempotent, zstd level 1, 100 ms linger, murmur2
     /// partitioning as the Java client, 30 s message timeout) can all be overridden in
     /// `[kafka.properties]`.
     #[serde(default)]
