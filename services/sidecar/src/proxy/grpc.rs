@@ -375,7 +375,7 @@ impl Connections for GrpcConnections {
 /// and lets the calls in flight finish for up to `drain`.
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<Arc<crate::proxy::tls::Tls>>,
+    tls: Option<Arc<super::tls::Tls>>,
     proxy: Arc<Proxy>,
     shutdown: CancellationToken,
     drain: Duration,

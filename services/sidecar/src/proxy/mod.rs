@@ -56,13 +56,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const REQUEST_ID: &str = "x-request-id";
 
-/// The SETTINGS_MAX_HEADER_LIST_SIZE the sidecar advertises, to its clients and to the model
-/// server: larger than any model server's default (gRPC's and hyper's are 16 KiB), so that
-/// whatever the model server sends reaches the client as it is, and a request's oversized
-/// metadata is refused for its own stream (`max-request-header-bytes`) instead of by the
-/// HTTP/2 layer, which answers 431 over the limit and closes the whole connection at four
-/// times it. It bounds what one header block may hold in memory.
-pub(crate) const HEADER_LIST_BYTES: u32 = 1 << 20;
+/// Defined with the config it bounds (`max-request-header-bytes`), so that the config does not
+/// depend on the proxy.
+pub(crate) use crate::config::HEADER_LIST_BYTES;
 
 /// The HTTP/2 flow-control windows of every connection the sidecar makes or accepts: a
 /// connection's is the bytes it may hold unread across its calls (see `Proxy::new`).
@@ -149,7 +145,7 @@ pub(crate) trait Connections: Clone + Send + 'static {
     fn metrics(&self) -> &Metrics;
 
     /// The TLS acceptor for a new connection (they differ in the protocols they offer).
-    fn acceptor(tls: &crate::proxy::tls::Tls) -> tokio_rustls::TlsAcceptor {
+    fn acceptor(tls: &tls::Tls) -> tokio_rustls::TlsAcceptor {
         tls.acceptor()
     }
 }
@@ -158,7 +154,7 @@ pub(crate) trait Connections: Clone + Send + 'static {
 /// `shutdown`, then stops accepting and lets the calls in flight finish for up to `drain`.
 pub(crate) async fn accept_loop<C: Connections>(
     listener: TcpListener,
-    tls: Option<Arc<crate::proxy::tls::Tls>>,
+    tls: Option<Arc<tls::Tls>>,
     connections: C,
     shutdown: CancellationToken,
     drain: Duration,
@@ -188,11 +184,8 @@ pub(crate) async fn accept_loop<C: Connections>(
         // up neither the accept loop nor anyone else.
         let acceptor = C::acceptor(tls);
         tokio::spawn(async move {
-            let handshake = tokio::time::timeout(
-                crate::proxy::tls::HANDSHAKE_TIMEOUT,
-                acceptor.accept(stream),
-            )
-            .await;
+            let handshake =
+                tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
             match handshake {
                 Ok(Ok(stream)) => connections.serve(stream, watcher, peer).await,
                 Ok(Err(err)) => {

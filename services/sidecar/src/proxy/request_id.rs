@@ -126,21 +126,6 @@ pub(crate) fn head_id(head: &[u8]) -> Option<String> {
     None
 }
 
-/// How much of a body past the size limit a tap keeps, copied: the head of a request message
-/// (model name, version, id) fits many times over.
-pub(super) const HEAD_BYTES: usize = 4096;
-
-/// Fills `head` with the next `chunks` of a body until it holds [`HEAD_BYTES`].
-pub(super) fn extend_head<'a>(head: &mut Vec<u8>, chunks: impl IntoIterator<Item = &'a Bytes>) {
-    for chunk in chunks {
-        let take = HEAD_BYTES.saturating_sub(head.len()).min(chunk.len());
-        if take == 0 {
-            return;
-        }
-        head.extend_from_slice(&chunk[..take]);
-    }
-}
-
 /// A message [`request_id`] leaves to prost.
 pub(super) struct Unusual;
 

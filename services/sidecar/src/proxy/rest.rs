@@ -335,7 +335,7 @@ impl Connections for RestConnections {
         &self.proxy.metrics
     }
 
-    fn acceptor(tls: &crate::proxy::tls::Tls) -> tokio_rustls::TlsAcceptor {
+    fn acceptor(tls: &super::tls::Tls) -> tokio_rustls::TlsAcceptor {
         tls.rest_acceptor()
     }
 }
@@ -344,7 +344,7 @@ impl Connections for RestConnections {
 /// accepting and lets the calls in flight finish for up to `drain`.
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<Arc<crate::proxy::tls::Tls>>,
+    tls: Option<Arc<super::tls::Tls>>,
     proxy: Arc<RestProxy>,
     shutdown: CancellationToken,
     drain: Duration,
@@ -359,12 +359,12 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .initial_connection_window_size(crate::proxy::CONNECTION_WINDOW)
-        .initial_stream_window_size(crate::proxy::STREAM_WINDOW)
-        .max_header_list_size(crate::proxy::HEADER_LIST_BYTES)
+        .initial_connection_window_size(super::CONNECTION_WINDOW)
+        .initial_stream_window_size(super::STREAM_WINDOW)
+        .max_header_list_size(super::HEADER_LIST_BYTES)
         .auto_date_header(false);
     let connections = RestConnections { proxy, builder };
-    crate::proxy::accept_loop(listener, tls, connections, shutdown, drain).await;
+    super::accept_loop(listener, tls, connections, shutdown, drain).await;
 }
 
 #[cfg(test)]

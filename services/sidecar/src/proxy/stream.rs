@@ -19,9 +19,9 @@ use std::time::SystemTime;
 use bytes::{Buf, Bytes};
 use http_body::Body;
 
+use super::tap::{Watch, Watched};
 use crate::extract::framing::unframe;
 use crate::metrics::Metrics;
-use crate::proxy::tap::{Watch, Watched};
 use crate::publish::dead_letter::Rejected;
 use crate::publish::{CapturedCall, Publisher};
 
@@ -213,7 +213,7 @@ impl StreamLog {
         };
         // Uncompressed (nearly always): read in place on the call's path, without a copy.
         let id = if request.first().and_then(|p| p.first()) == Some(&0) {
-            crate::proxy::request_id::id_in_chunks(&request, 5)
+            super::request_id::id_in_chunks(&request, 5)
         } else {
             match unframe(
                 request.clone(),

@@ -9,7 +9,6 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
 use super::BoxError;
-use super::request_id::extend_head;
 
 /// What a tap saw of one body.
 #[derive(Debug, Default)]
@@ -168,5 +167,20 @@ impl Watch for Capture {
         if let Some(on_done) = self.on_done.take() {
             on_done(std::mem::take(&mut self.captured));
         }
+    }
+}
+
+/// How much of a body past the size limit a tap keeps, copied: the head of a request message
+/// (model name, version, id) fits many times over.
+pub(super) const HEAD_BYTES: usize = 4096;
+
+/// Fills `head` with the next `chunks` of a body until it holds [`HEAD_BYTES`].
+fn extend_head<'a>(head: &mut Vec<u8>, chunks: impl IntoIterator<Item = &'a Bytes>) {
+    for chunk in chunks {
+        let take = HEAD_BYTES.saturating_sub(head.len()).min(chunk.len());
+        if take == 0 {
+            return;
+        }
+        head.extend_from_slice(&chunk[..take]);
     }
 }

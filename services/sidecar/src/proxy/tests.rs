@@ -13,10 +13,8 @@ use prost::Message;
 
 use super::exchange::{Exchange, REQUEST_END_WAIT};
 use super::grpc::status_of;
-use super::request_id::{
-    HEAD_BYTES, RequestHead, Unusual, contiguous_message, head_id, request_id,
-};
-use super::tap::{Captured, Tap};
+use super::request_id::{RequestHead, Unusual, contiguous_message, head_id, request_id};
+use super::tap::{Captured, HEAD_BYTES, Tap};
 use super::*;
 use crate::publish::CapturedCall;
 

@@ -19,7 +19,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 use crate::metrics::Metrics;
-use crate::publish::dead_letter::Rejected;
+
+use super::dead_letter::Rejected;
 
 /// Delivery outcomes since the adaptive controller last looked.
 #[derive(Debug, Default)]

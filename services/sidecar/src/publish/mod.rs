@@ -11,16 +11,18 @@
 //! - `queue`: the bounded queue and the calls held in it;
 //! - `worker`: the publisher threads, from a queued gRPC call to a record; `rest` does the same
 //!   for a call of the REST binding;
-//! - `producer`: librdkafka's settings and the hand-over of one record; `delivery`: what it
-//!   reports back; [`record_limit`]: the largest record the topic takes;
+//! - `record`: what a call of either binding goes through once decoded;
+//! - `producer`: librdkafka's settings and the hand-over of one record or dead letter;
+//!   `delivery`: what it reports back; [`record_limit`]: the largest record the topic takes;
 //! - [`adaptive`]: the fraction logged while the brokers fail;
-//! - [`dead_letter`]: what a call that could not be logged is described as, and where.
+//! - [`dead_letter`]: what a call that could not be logged is described as.
 
 pub mod adaptive;
 pub mod dead_letter;
 mod delivery;
 mod producer;
 mod queue;
+mod record;
 pub mod record_limit;
 mod rest;
 #[cfg(test)]
@@ -44,8 +46,9 @@ use crate::config::PublishConfig;
 use crate::metrics::Metrics;
 
 use adaptive::{AdaptiveController, control};
-use dead_letter::{Budget, Rejected, watch_dead_letters};
+use dead_letter::{Budget, Rejected};
 use delivery::{DeliveryContext, Outage, Throttle, Window};
+use producer::watch_dead_letters;
 use queue::Queued;
 use record_limit::RecordLimit;
 use worker::worker;
@@ -150,7 +153,7 @@ impl Publisher {
             None => {
                 let max = config
                     .max_message_bytes
-                    .saturating_add(crate::publish::record_limit::BATCH_OVERHEAD)
+                    .saturating_add(record_limit::BATCH_OVERHEAD)
                     .min(1_000_000_000);
                 client.set("message.max.bytes", max.to_string());
                 max
@@ -173,7 +176,7 @@ impl Publisher {
         metrics
             .record_limit_bytes
             .set(record_limit.effective() as i64);
-        tokio::spawn(crate::publish::record_limit::watch(
+        tokio::spawn(record_limit::watch(
             kafka.clone(),
             config.topic.clone(),
             record_limit.clone(),

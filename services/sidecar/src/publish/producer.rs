@@ -1,10 +1,12 @@
 //! The producer's side of publishing: librdkafka's settings, the hand-over of one encoded
-//! record (refused here when the topic cannot take it), and metadata asked of the brokers.
+//! record (refused here when the topic cannot take it) or of one dead letter (within the
+//! budget, and only while the dead-letter topic exists), and metadata asked of the brokers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
@@ -95,7 +97,7 @@ pub(super) fn produce(shared: &Shared, of: RecordOf<'_>, payload: &[u8], rows: u
     {
         let detail = format!(
             "the record is {} bytes, over the {limit} bytes topic {:?} takes (the smaller of its max.message.bytes and publish.max-message-bytes); log fewer features or fewer candidates for this model, or raise both",
-            crate::publish::record_limit::batch_bytes(of.request_id.len(), payload.len()),
+            super::record_limit::batch_bytes(of.request_id.len(), payload.len()),
             shared.topic,
         );
         let rejected = refuse("too_large", detail).limit_bytes(limit);
@@ -154,5 +156,116 @@ pub(super) fn produce(shared: &Shared, of: RecordOf<'_>, payload: &[u8], rows: u
                 );
             }
         }
+    }
+}
+
+impl Shared {
+    /// Counts a call that was not logged because of what its caller sent, and describes it on
+    /// the dead-letter topic (within the budget). Never waits: a full producer queue counts
+    /// the dead letter as failed.
+    pub(super) fn reject(&self, rejected: Rejected) {
+        self.metrics.drop_call(rejected.reason);
+        tracing::debug!(reason = rejected.reason, model = %rejected.model, request_id = %rejected.request_id, "not logged: {}", rejected.detail);
+        self.dead_letter(&rejected);
+    }
+
+    /// Describes a call that was not logged (and counted already) on the dead-letter topic,
+    /// within the budget.
+    pub(super) fn dead_letter(&self, rejected: &Rejected) {
+        let Some(topic) = &self.dead_letter_topic else {
+            return;
+        };
+        let admitted = self
+            .dead_letter_budget
+            .lock()
+            .is_ok_and(|mut b| b.take(Instant::now()));
+        if !admitted {
+            return self.metrics.dead_letter("rate_limited");
+        }
+        if self.dead_letter_topic_missing.load(Ordering::Relaxed) {
+            return self.metrics.dead_letter("no_topic");
+        }
+        let payload = rejected.to_json(&self.instance, &self.allow_list.peek().version);
+        let source = format!("sidecar/{}", self.instance);
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: super::dead_letter::ERROR_HEADER,
+                value: Some(rejected.reason),
+            })
+            .insert(Header {
+                key: super::dead_letter::SOURCE_HEADER,
+                value: Some(&source),
+            });
+        let mut record = BaseRecord::with_opaque_to(topic, Box::new(Sent::DeadLetter))
+            .payload(&payload)
+            .headers(headers);
+        if !rejected.request_id.is_empty() {
+            record = record.key(rejected.request_id.as_bytes());
+        }
+        if let Err((err, _)) = self.producer.send(record) {
+            tracing::debug!(%err, "dead letter not produced");
+            self.metrics.dead_letter("failed");
+        }
+    }
+}
+
+/// How often a missing dead-letter topic is looked for again.
+const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(30);
+
+/// Asks the brokers whether the dead-letter topic exists, at start and every
+/// [`DEAD_LETTER_TOPIC_CHECK`] until it does: while it does not, dead letters are counted
+/// (`no_topic`) instead of produced. A broker that does not answer changes nothing.
+pub(super) async fn watch_dead_letters(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let Some(topic) = shared.dead_letter_topic.clone() else {
+        return;
+    };
+    let mut warned = false;
+    loop {
+        let Some(answer) = ask_topic(&shared, &topic, Duration::from_secs(10), &shutdown).await
+        else {
+            return;
+        };
+        match answer {
+            Some(true) => {
+                shared
+                    .dead_letter_topic_missing
+                    .store(false, Ordering::Relaxed);
+                shared.metrics.dead_letter_topic_missing.set(0);
+                if warned {
+                    tracing::info!(%topic, "the dead-letter topic exists now: dead letters are sent");
+                }
+                return;
+            }
+            Some(false) => {
+                shared
+                    .dead_letter_topic_missing
+                    .store(true, Ordering::Relaxed);
+                shared.metrics.dead_letter_topic_missing.set(1);
+                if !warned {
+                    tracing::warn!(
+                        %topic,
+                        "the dead-letter topic does not exist: dead letters are only counted (featurelog_sidecar_dead_letters_total{{outcome=\"no_topic\"}}) until it does. The joiner creates it at start-up; or create it, or set publish.dead-letter-topic = \"\""
+                    );
+                    warned = true;
+                }
+            }
+            None => {}
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(DEAD_LETTER_TOPIC_CHECK) => {}
+        }
+    }
+}
+
+/// Dead-letters the records the producer refused (counted when they were refused): a delivery
+/// report cannot produce, so they wait for a publisher thread.
+pub(super) fn dead_letter_refused(shared: &Shared) {
+    let refused = match shared.producer.context().refused.lock() {
+        Ok(mut refused) if !refused.is_empty() => std::mem::take(&mut *refused),
+        _ => return,
+    };
+    for rejected in &refused {
+        shared.dead_letter(rejected);
     }
 }

@@ -12,7 +12,7 @@ use crate::extract::{CallContext, extract};
 
 use super::dead_letter::Rejected;
 use super::producer::{RecordOf, produce};
-use super::worker::{Local, admit, count_missing, produce_planned};
+use super::record::{Local, admit, count_missing, produce_planned};
 use super::{CapturedCall, RestCall, Shared};
 
 /// A REST call: its JSON (and binary data) read into the gRPC messages, then the same
