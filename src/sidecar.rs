@@ -21,12 +21,12 @@ pub struct SidecarArgs {
 /// would.
 fn check_tls(config: &SidecarConfig, path: &std::path::Path) -> anyhow::Result<()> {
     if let Some(tls) = &config.tls {
-        featurelog_sidecar::tls::Tls::load(tls)
+        featurelog_sidecar::proxy::tls::Tls::load(tls)
             .map_err(|e| anyhow::anyhow!("{}: [tls]: {e}", path.display()))?;
     }
     let upstream_tls = match &config.upstream_tls {
         Some(t) if config.https_upstreams() => Some(
-            featurelog_sidecar::tls::UpstreamTls::load(t)
+            featurelog_sidecar::proxy::tls::UpstreamTls::load(t)
                 .map_err(|e| anyhow::anyhow!("{}: [upstream-tls]: {e}", path.display()))?,
         ),
         _ => None,
@@ -34,7 +34,7 @@ fn check_tls(config: &SidecarConfig, path: &std::path::Path) -> anyhow::Result<(
     let upstreams =
         std::iter::once(&config.upstream).chain(config.rest.as_ref().map(|r| &r.upstream));
     for url in upstreams {
-        featurelog_sidecar::tls::upstream_client_config(url, upstream_tls.as_ref())
+        featurelog_sidecar::proxy::tls::upstream_client_config(url, upstream_tls.as_ref())
             .map_err(|e| anyhow::anyhow!("{}: [upstream-tls]: {e}", path.display()))?;
     }
     Ok(())

@@ -403,7 +403,7 @@ fn files_that_do_not_make_a_certificate_stop_the_start_with_what_is_wrong() {
         (&cert_path, &other, "do not make a certificate and its key"),
         (&dir.path().join("missing.crt"), &key_path, "missing.crt"),
     ] {
-        let err = featurelog_sidecar::tls::Tls::load(&TlsConfig {
+        let err = featurelog_sidecar::proxy::tls::Tls::load(&TlsConfig {
             cert: cert.clone(),
             key: key.clone(),
             client_ca: None,

@@ -14,6 +14,14 @@ use crate::SidecarError;
 /// `publish.topic`; single underscores stand for dashes (`QUEUE_CAPACITY` = `queue-capacity`).
 pub const ENV_PREFIX: &str = "FEATURELOG_SIDECAR__";
 
+/// The SETTINGS_MAX_HEADER_LIST_SIZE the sidecar advertises, to its clients and to the model
+/// server: larger than any model server's default (gRPC's and hyper's are 16 KiB), so that
+/// whatever the model server sends reaches the client as it is, and a request's oversized
+/// metadata is refused for its own stream (`max-request-header-bytes`) instead of by the
+/// HTTP/2 layer, which answers 431 over the limit and closes the whole connection at four
+/// times it. It bounds what one header block may hold in memory.
+pub(crate) const HEADER_LIST_BYTES: u32 = 1 << 20;
+
 /// Whether the sidecar logs or only forwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -79,7 +87,7 @@ pub struct SidecarConfig {
     #[serde(default)]
     pub metrics: MetricsConfig,
     /// Where Kafka is. Required in `log` mode. The producer's defaults
-    /// (`publisher::PRODUCER_DEFAULTS`: idempotent, zstd level 1, 100 ms linger, murmur2
+    /// (`publish::PRODUCER_DEFAULTS`: idempotent, zstd level 1, 100 ms linger, murmur2
     /// partitioning as the Java client, 30 s message timeout) can all be overridden in
     /// `[kafka.properties]`.
     #[serde(default)]
@@ -403,11 +411,10 @@ impl SidecarConfig {
         if p.max_message_bytes == 0 {
             return Err("publish.max-message-bytes must be at least 1".into());
         }
-        if self.max_request_header_bytes > crate::proxy::HEADER_LIST_BYTES as usize {
+        if self.max_request_header_bytes > HEADER_LIST_BYTES as usize {
             return Err(format!(
                 "max-request-header-bytes is {}, over the {} bytes of metadata the sidecar takes in at all",
-                self.max_request_header_bytes,
-                crate::proxy::HEADER_LIST_BYTES
+                self.max_request_header_bytes, HEADER_LIST_BYTES
             ));
         }
         if self.worker_threads == 0 {

@@ -4,37 +4,31 @@
 //!
 //! - [`config`]: the config file and its environment overrides.
 //! - [`allowlist`]: what is logged, per model; hot-reloaded.
-//! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer.
-//! - [`rest`]: the same for the protocol's HTTP/REST binding; [`rest_json`] reads its bodies.
-//! - [`tls`]: TLS on the client port, its certificate reloaded when renewed.
-//! - [`publisher`]: the bounded queue, decoding threads and producer; [`adaptive`]: the
-//!   fraction logged while the brokers fail; [`record_limit`]: the largest record the topic
-//!   takes; `delivery`: what the producer reports back.
-//! - [`extract`]: one call to one record; [`direct`]: its fast path for raw numeric tensors.
+//! - [`proxy`]: the byte-for-byte HTTP/2 proxy and its tap on ModelInfer; [`proxy::rest`]: the
+//!   same for the protocol's HTTP/REST binding; [`proxy::tls`]: TLS on the client port, its
+//!   certificate reloaded when renewed.
+//! - [`publish`]: the bounded queue, decoding threads and producer, the adaptive fraction
+//!   logged while the brokers fail, and the dead letters of calls that cannot be logged.
+//! - [`extract`]: the captured bodies read and one call made into one record;
+//!   [`extract::rest_json`] reads the REST bodies, [`extract::direct`] is the fast path for raw
+//!   numeric tensors.
 //! - [`metrics`]: what an operator sees (served by `featurelog-ops`).
+//!
+//! The stages depend one way: `proxy` hands calls to `publish`, which reads them with
+//! `extract`; `extract` depends on neither.
 //!
 //! [`start`] runs it all; the returned [`Sidecar`] shuts it down in order: stop accepting,
 //! finish the calls in flight, drain the queue, flush the producer.
 
-pub mod adaptive;
 pub mod allowlist;
 pub mod config;
-pub mod dead_letter;
-mod delivery;
-pub mod direct;
 mod error;
 pub mod extract;
-pub mod lazy;
 pub mod metrics;
 #[cfg(test)]
 mod proptests;
 pub mod proxy;
-pub mod publisher;
-pub mod record_limit;
-pub mod rest;
-pub mod rest_json;
-mod stream;
-pub mod tls;
+pub mod publish;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,7 +42,8 @@ pub use error::SidecarError;
 
 use crate::allowlist::AllowListHandle;
 use crate::metrics::Metrics;
-use crate::publisher::Publisher;
+use crate::proxy::{rest, tls};
+use crate::publish::Publisher;
 
 /// A running sidecar.
 pub struct Sidecar {

@@ -60,20 +60,21 @@ fn raw_of(values: &featurelog_schemas::featurelog::v1::Values, datatype: i32) ->
 fn check_direct(
     raw: &[u8],
     list: &std::sync::Arc<AllowList>,
-    cache: &mut crate::direct::PlanCache,
+    cache: &mut crate::extract::direct::PlanCache,
 ) -> Result<bool, TestCaseError> {
     let rule = &list.models[0];
     let bytes = Bytes::copy_from_slice(raw);
-    let Ok(scanned) = crate::lazy::scan(bytes.clone()) else {
+    let Ok(scanned) = crate::extract::lazy::scan(bytes.clone()) else {
         return Ok(false);
     };
-    let fast = crate::direct::encode(rule, &scanned, ctx());
+    let fast = crate::extract::direct::encode(rule, &scanned, ctx());
     let cached = cache.plan(list, rule, &scanned).and_then(|plan| {
         let mut out = Vec::new();
-        crate::direct::encode_planned(plan, rule, &scanned, ctx(), &mut out).map(|rows| (out, rows))
+        crate::extract::direct::encode_planned(plan, rule, &scanned, ctx(), &mut out)
+            .map(|rows| (out, rows))
     });
     prop_assert_eq!(&cached, &fast, "the plan cache's record is the plan's");
-    let general = crate::lazy::decode_for_rule(bytes, rule)
+    let general = crate::extract::lazy::decode_for_rule(bytes, rule)
         .ok()
         .and_then(|d| crate::extract::extract(rule, &d, None, ctx()).ok());
     let Some((fast, rows)) = fast else {
@@ -145,7 +146,7 @@ proptest! {
             version: "v7".into(),
             models: vec![rule],
         });
-        let mut cache = crate::direct::PlanCache::default();
+        let mut cache = crate::extract::direct::PlanCache::default();
         check_direct(&raw, &list, &mut cache)?;
         // Again through the same cache (a hit).
         check_direct(&raw, &list, &mut cache)?;
@@ -190,10 +191,10 @@ fn the_fast_path_refuses_a_tensor_the_general_path_refuses() {
         ));
         request.extend(put(7, WireType::LengthDelimited, &[0; 8]));
         assert_eq!(ModelInferRequest::decode(&request[..]).is_ok(), valid);
-        let scanned = crate::lazy::scan(Bytes::from(request.clone())).unwrap();
-        let fast = crate::direct::encode(&rule, &scanned, ctx());
+        let scanned = crate::extract::lazy::scan(Bytes::from(request.clone())).unwrap();
+        let fast = crate::extract::direct::encode(&rule, &scanned, ctx());
         assert_eq!(fast.is_some(), valid, "{request:?}");
-        let general = crate::lazy::decode_for_rule(Bytes::from(request), &rule);
+        let general = crate::extract::lazy::decode_for_rule(Bytes::from(request), &rule);
         assert_eq!(general.is_ok(), valid);
     }
 }

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::config;
 use super::generators::{chunked, cuts, framed, gzip, mutate, mutations, zlib};
-use crate::publisher::{Unframe, inflate_http, unframe};
+use crate::extract::framing::{Unframe, inflate_http, unframe};
 
 /// What flate2's plain readers make of compressed bytes: the first member (or zlib stream)
 /// and whether bytes follow it, and every member read on (gzip only; `None` for deflate).

@@ -13,7 +13,7 @@ use super::generators::{mutate, mutations};
 use super::reencode::reencode_request;
 use super::requests::{request, rule};
 use crate::allowlist::ModelRule;
-use crate::lazy::LazyError;
+use crate::extract::lazy::LazyError;
 
 /// What the rule's decode must hold, from prost's decode of the whole request: the head, the
 /// inputs the rule names (every one with that name, in order) with their raw contents at the
@@ -61,13 +61,13 @@ fn expected_for_rule(
 /// read it (it steps over what the rule does not need without decoding it: the model server
 /// refuses such a call, and a failed call is never logged), but never panics.
 fn check_lazy(raw: &[u8], rule: &ModelRule) -> Result<bool, TestCaseError> {
-    let got = crate::lazy::decode_for_rule(Bytes::copy_from_slice(raw), rule);
+    let got = crate::extract::lazy::decode_for_rule(Bytes::copy_from_slice(raw), rule);
     let Ok(full) = ModelInferRequest::decode(raw) else {
         return Ok(false);
     };
     let want = expected_for_rule(&full, rule);
     prop_assert_eq!(&got, &want, "{:?}", raw);
-    let scanned = crate::lazy::scan(Bytes::copy_from_slice(raw));
+    let scanned = crate::extract::lazy::scan(Bytes::copy_from_slice(raw));
     let scanned = scanned.map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
     prop_assert_eq!(
         (&scanned.model_name, &scanned.model_version, &scanned.id),

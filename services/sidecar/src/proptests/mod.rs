@@ -5,18 +5,18 @@
 //! server, which refuses a call it cannot decode: such a call is never logged), the property
 //! says so where it allows it.
 //!
-//! - `publisher::unframe` and `publisher::inflate_http` against the body they were made from,
+//! - `extract::framing::unframe` and `extract::framing::inflate_http` against the body they were made from,
 //!   and against flate2's single- and multi-member gzip readers on bytes changed at random.
-//! - `lazy::scan` / `Scanned::decode_for_rule` against `ModelInferRequest::decode`.
-//! - `direct::encode` (and its plan cache) against the general path and against the raw
+//! - `extract::lazy::scan` / `Scanned::decode_for_rule` against `ModelInferRequest::decode`.
+//! - `extract::direct::encode` (and its plan cache) against the general path and against the raw
 //!   contents prost decodes.
-//! - The request id the caller is given (`proxy::captured_request_id`, `proxy::id_in_chunks`,
-//!   `proxy::head_id`) against prost's decode of the message's head and against the id the
-//!   publisher logs the call under; `publisher::request_model` against prost's name and
-//!   version.
-//! - `rest_json::request` / `response` / `peek_id` against a parse of the whole body into a
+//! - The request id the caller is given (`proxy::request_id::captured_request_id`,
+//!   `id_in_chunks`, `head_id`) against prost's decode of the message's head and against the id
+//!   the publisher logs the call under; `extract::framing::request_model` against prost's name
+//!   and version.
+//! - `extract::rest_json::request` / `response` / `peek_id` against a parse of the whole body into a
 //!   `serde_json::Value`.
-//! - `stream::messages` (the cutter of streamed gRPC messages) against cutting the whole body.
+//! - `proxy::stream::messages` (the cutter of streamed gRPC messages) against cutting the whole body.
 //!
 //! Cases are bounded (see [`config`]) so that the set runs in seconds in a debug build;
 //! `PROPTEST_CASES=100000 cargo test -p featurelog-sidecar --lib proptests` runs longer, and

@@ -11,8 +11,8 @@ use super::config;
 use super::generators::{Mutation, chunked, cuts, framed, gzip, mutate, mutations};
 use super::reencode::{fields, reencode_request};
 use super::requests::request;
-use crate::lazy::LazyError;
-use crate::publisher::{request_model, unframe};
+use crate::extract::framing::{request_model, unframe};
+use crate::extract::lazy::LazyError;
 
 /// The head of a ModelInferRequest as prost decodes it (what the model server reads of it):
 /// the reference for every id and name read on the call's path.
@@ -80,22 +80,22 @@ proptest! {
             (None, framed(0, &message))
         };
         let chunks = chunked(&body, &cuts);
-        let got = crate::proxy::captured_request_id(&captured(chunks.clone()), encoding, 1 << 20);
+        let got = crate::proxy::request_id::captured_request_id(&captured(chunks.clone()), encoding, 1 << 20);
         prop_assert_eq!(&got, &want, "{:?}", message);
         // The record's id: the publisher unframes the body and scans the message.
         let unframed = unframe(chunks.clone(), encoding, 1 << 20, &mut BytesMut::new());
-        if let Ok(Ok(scanned)) = unframed.map(crate::lazy::scan) {
+        if let Ok(Ok(scanned)) = unframed.map(crate::extract::lazy::scan) {
             prop_assert_eq!(got.as_deref(), Some(scanned.id.as_str()), "{:?}", message);
         }
         if !compressed {
             // A streamed request's id, read in place from its message's chunks.
-            let in_chunks = crate::proxy::id_in_chunks(&chunks, 5);
+            let in_chunks = crate::proxy::request_id::id_in_chunks(&chunks, 5);
             prop_assert_eq!(&in_chunks, &want);
             // Bytes after the message (the publisher refuses such a body): the id is still
             // the message's, as its prefix bounds it.
             let mut longer = body.clone();
             longer.extend_from_slice(&trailing);
-            let got = crate::proxy::captured_request_id(
+            let got = crate::proxy::request_id::captured_request_id(
                 &captured(chunked(&longer, &cuts)), None, 1 << 20);
             prop_assert_eq!(&got, &want);
         }
@@ -114,7 +114,7 @@ proptest! {
         let message = r.encode_to_vec();
         let body = framed(0, &message);
         let head = &body[..cut.index(body.len() + 1)];
-        let got = crate::proxy::head_id(head);
+        let got = crate::proxy::request_id::head_id(head);
         let fields = fields(&message).unwrap_or_default();
         let past_id = fields.iter().find(|f| f.number >= 4).map(|f| 5 + f.start + f.key_len);
         let want = past_id.filter(|&end| head.len() >= end).map(|_| r.id.clone());
@@ -123,7 +123,7 @@ proptest! {
             // Bytes changed at random: no panic, and an id only where prost reads one.
             let mut head = head.to_vec();
             mutate(&mut head, &mutations);
-            if let Some(id) = crate::proxy::head_id(&head) {
+            if let Some(id) = crate::proxy::request_id::head_id(&head) {
                 // It stops at the first field numbered past `id`, unread; prost reads on, so
                 // a later `id` (no encoder writes one) or a malformed field there makes them
                 // differ. Up to that field they agree.
@@ -236,9 +236,9 @@ fn a_head_field_of_another_wire_type_is_refused_as_prost_refuses_it() {
         &[0x11, 1, 2, 3, 4, 5, 6, 7, 8, 0x1a, 1, b'a'],
     ] {
         assert_eq!(head_of(message), None, "{message:?}");
-        let scanned = crate::lazy::scan(Bytes::copy_from_slice(message));
+        let scanned = crate::extract::lazy::scan(Bytes::copy_from_slice(message));
         assert!(matches!(scanned, Err(LazyError::Malformed)), "{message:?}");
-        let id = crate::proxy::captured_request_id(
+        let id = crate::proxy::request_id::captured_request_id(
             &captured(vec![Bytes::from(framed(0, message))]),
             None,
             1 << 20,

@@ -18,9 +18,9 @@ fn check_rest(
     body: &Bytes,
     header_length: Option<usize>,
     wanted: &dyn Fn(&str) -> bool,
-    cache: &mut crate::rest_json::HeaderCache,
+    cache: &mut crate::extract::rest_json::HeaderCache,
 ) -> Result<(), TestCaseError> {
-    let got = crate::rest_json::request(body, header_length, "m", "1", wanted, None);
+    let got = crate::extract::rest_json::request(body, header_length, "m", "1", wanted, None);
     let want = reference_request(body, header_length, wanted);
     let text = String::from_utf8_lossy(body);
     prop_assert_eq!(
@@ -29,10 +29,17 @@ fn check_rest(
         "{}",
         text
     );
-    let kept = crate::rest_json::request(body, header_length, "m", "1", wanted, Some(&mut *cache));
+    let kept = crate::extract::rest_json::request(
+        body,
+        header_length,
+        "m",
+        "1",
+        wanted,
+        Some(&mut *cache),
+    );
     prop_assert_eq!(&kept, &got, "a kept header reads as reading it: {}", text);
     if let Ok(r) = &got {
-        let peeked = crate::rest_json::peek_id(body, header_length).unwrap_or_default();
+        let peeked = crate::extract::rest_json::peek_id(body, header_length).unwrap_or_default();
         prop_assert_eq!(
             &peeked,
             &r.id,
@@ -42,7 +49,7 @@ fn check_rest(
     }
     // The same text as a response: `inputs` is then an unknown member, its tensors read only
     // from `outputs` (there are none here unless `outputs` holds tensors).
-    let got = crate::rest_json::response(body, header_length, wanted);
+    let got = crate::extract::rest_json::response(body, header_length, wanted);
     let want = reference_response(body, header_length, wanted);
     prop_assert_eq!(
         got.as_ref().map_err(|e| e.reason()),
@@ -65,7 +72,7 @@ proptest! {
     ) {
         let bytes = body.bytes();
         let wanted = |n: &str| wanted.contains(n);
-        let mut cache = crate::rest_json::HeaderCache::default();
+        let mut cache = crate::extract::rest_json::HeaderCache::default();
         check_rest(&bytes, body.header_length(), &wanted, &mut cache)?;
         // Again, through the header it kept.
         check_rest(&bytes, body.header_length(), &wanted, &mut cache)?;
@@ -74,7 +81,7 @@ proptest! {
         let as_response = Bytes::from([json.as_bytes(), &body.binary].concat());
         let header_length = body.header_length().map(|_| json.len());
         if !duplicate_keys(json.as_bytes()) {
-            let got = crate::rest_json::response(&as_response, header_length, &wanted);
+            let got = crate::extract::rest_json::response(&as_response, header_length, &wanted);
             let want = reference_response(&as_response, header_length, &wanted);
             prop_assert_eq!(got.as_ref().map_err(|e| e.reason()), want.as_ref().map_err(|e| *e), "{}", json);
         }
@@ -100,10 +107,10 @@ proptest! {
         let json = rest_parts(&bytes, header_length).map(|(json, _)| json).unwrap_or_default();
         if duplicate_keys(json) {
             // Not modelled (see `duplicate_keys`): read without a panic, that is all.
-            let _ = crate::rest_json::request(&bytes, header_length, "m", "1", &wanted, None);
+            let _ = crate::extract::rest_json::request(&bytes, header_length, "m", "1", &wanted, None);
         } else if serde_json::from_slice::<Json>(json).is_ok() {
-            check_rest(&bytes, header_length, &wanted, &mut crate::rest_json::HeaderCache::default())?;
-        } else if let Ok(r) = crate::rest_json::request(&bytes, header_length, "m", "1", &wanted, None) {
+            check_rest(&bytes, header_length, &wanted, &mut crate::extract::rest_json::HeaderCache::default())?;
+        } else if let Ok(r) = crate::extract::rest_json::request(&bytes, header_length, "m", "1", &wanted, None) {
             // serde_json checks that strings are UTF-8 only where it builds them, not in the
             // members it skips: such a body is read as the reference reads its text taken
             // lossily (where the bytes are in what the reader builds, it refuses the body).
@@ -115,7 +122,7 @@ proptest! {
                 let want = reference_request(&lossy_body, lossy_length, &wanted);
                 prop_assert_eq!(Ok(&r), want.as_ref(), "{}", lossy);
             } else {
-                let all = crate::rest_json::request(&bytes, header_length, "m", "1", &|_| true, None);
+                let all = crate::extract::rest_json::request(&bytes, header_length, "m", "1", &|_| true, None);
                 prop_assert!(
                     all.is_err(),
                     "read a body that is not JSON, and not only for the tensors it skips: {:?}\n{:?}",
@@ -141,18 +148,33 @@ fn data_that_is_no_json_value_is_refused() {
             format!(r#"{{"inputs":[{{"name":"a","shape":[1],"datatype":"FP32","data":{data}}}]}}"#);
         assert!(serde_json::from_str::<Json>(&body).is_err());
         for wanted in [&all as &dyn Fn(&str) -> bool, &none] {
-            let read =
-                crate::rest_json::request(&Bytes::from(body.clone()), None, "m", "", wanted, None);
+            let read = crate::extract::rest_json::request(
+                &Bytes::from(body.clone()),
+                None,
+                "m",
+                "",
+                wanted,
+                None,
+            );
             assert_eq!(read.map_err(|e| e.reason()), Err(MALFORMED), "{body}");
         }
         let with_id = format!(r#"{{"id":{data},"inputs":[]}}"#);
-        assert_eq!(crate::rest_json::peek_id(&Bytes::from(with_id), None), None);
+        assert_eq!(
+            crate::extract::rest_json::peek_id(&Bytes::from(with_id), None),
+            None
+        );
     }
     for data in ["1", "-0.5e3", "true", "null", "[1]"] {
         let body =
             format!(r#"{{"inputs":[{{"name":"a","shape":[1],"datatype":"FP32","data":{data}}}]}}"#);
-        let read =
-            crate::rest_json::request(&Bytes::from(body.clone()), None, "m", "", &none, None);
+        let read = crate::extract::rest_json::request(
+            &Bytes::from(body.clone()),
+            None,
+            "m",
+            "",
+            &none,
+            None,
+        );
         assert!(read.is_ok(), "{body}: {read:?}");
     }
 }

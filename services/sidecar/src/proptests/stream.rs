@@ -62,15 +62,15 @@ proptest! {
         body.extend_from_slice(&tail);
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mut cut = crate::stream::messages(
+        let mut cut = crate::proxy::stream::messages(
             Chunks(chunked(&body, &cuts).into()),
             limit,
             {
                 let seen = seen.clone();
                 move |m| {
                     let m = match m {
-                        crate::stream::Message::Whole(parts) => Some(parts.concat()),
-                        crate::stream::Message::TooLarge => None,
+                        crate::proxy::stream::Message::Whole(parts) => Some(parts.concat()),
+                        crate::proxy::stream::Message::TooLarge => None,
                     };
                     if let Ok(mut seen) = seen.lock() {
                         seen.push(m);

@@ -6,7 +6,7 @@
 //! `POST /v2/models/{model}[/versions/{version}]/infer` in log mode is tapped like gRPC's
 //! ModelInfer: the bodies' chunks are kept by reference and, once the model server has
 //! answered 2xx, go to the [`Publisher`], which reads the JSON (and binary tensor data) on its
-//! own threads ([`crate::rest_json`]) under the same allow list. The request id is the body's
+//! own threads ([`crate::extract::rest_json`]) under the same allow list. The request id is the body's
 //! `id`, else the `x-request-id` header, else one the proxy generates and returns in the
 //! response's `x-request-id` header.
 
@@ -26,13 +26,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::extract::rest_json::HEADER_LENGTH;
 use crate::metrics::Metrics;
-use crate::proxy::{
-    BoxError, Captured, Connections, Exchange, ProxyBody, Tap, Upstream, connector, header_str,
-    id_or_generated,
-};
-use crate::publisher::{CapturedCall, Publisher, RestCall};
-use crate::rest_json::HEADER_LENGTH;
+use crate::publish::{CapturedCall, Publisher, RestCall};
+
+use super::exchange::{Exchange, id_or_generated};
+use super::tap::{Captured, Tap};
+use super::{BoxError, Connections, ProxyBody, Upstream, connector, header_str};
 
 const REQUEST_ID: &str = "x-request-id";
 
@@ -295,14 +295,14 @@ impl RestProxy {
         let chunks = exchange
             .whole_request(|captured| (!captured.overflow).then(|| captured.chunks.clone()))
             .flatten()?;
-        let body = crate::publisher::inflate_http(
+        let body = crate::extract::framing::inflate_http(
             chunks,
             encoding,
             self.max_message_bytes,
             &mut BytesMut::new(),
         )
         .ok()?;
-        crate::rest_json::peek_id(&body, header_length)
+        crate::extract::rest_json::peek_id(&body, header_length)
     }
 }
 
@@ -335,7 +335,7 @@ impl Connections for RestConnections {
         &self.proxy.metrics
     }
 
-    fn acceptor(tls: &crate::tls::Tls) -> tokio_rustls::TlsAcceptor {
+    fn acceptor(tls: &super::tls::Tls) -> tokio_rustls::TlsAcceptor {
         tls.rest_acceptor()
     }
 }
@@ -344,7 +344,7 @@ impl Connections for RestConnections {
 /// accepting and lets the calls in flight finish for up to `drain`.
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<Arc<crate::tls::Tls>>,
+    tls: Option<Arc<super::tls::Tls>>,
     proxy: Arc<RestProxy>,
     shutdown: CancellationToken,
     drain: Duration,
@@ -359,12 +359,12 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .initial_connection_window_size(crate::proxy::CONNECTION_WINDOW)
-        .initial_stream_window_size(crate::proxy::STREAM_WINDOW)
-        .max_header_list_size(crate::proxy::HEADER_LIST_BYTES)
+        .initial_connection_window_size(super::CONNECTION_WINDOW)
+        .initial_stream_window_size(super::STREAM_WINDOW)
+        .max_header_list_size(super::HEADER_LIST_BYTES)
         .auto_date_header(false);
     let connections = RestConnections { proxy, builder };
-    crate::proxy::accept_loop(listener, tls, connections, shutdown, drain).await;
+    super::accept_loop(listener, tls, connections, shutdown, drain).await;
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
 
+use crate::extract::framing::Unframe;
+
 /// The headers a dead letter carries, as the joiner's do, so that one reader of the topic tells
 /// both apart: the reason, and where it came from (`sidecar/<instance>`).
 pub const ERROR_HEADER: &str = "featurelog-error";
@@ -179,6 +181,44 @@ impl Budget {
         } else {
             false
         }
+    }
+}
+
+impl Unframe {
+    /// The drop reason and what was wrong, for a body of `binding` (`grpc`, `rest`) in
+    /// `encoding`, read up to `limit` bytes.
+    pub(crate) fn rejected(
+        &self,
+        binding: &'static str,
+        encoding: Option<&str>,
+        limit: usize,
+    ) -> Rejected {
+        let rest = binding == "rest";
+        let (reason, detail) = match self {
+            Unframe::Malformed if rest => (
+                "malformed_json",
+                format!(
+                    "the body does not inflate as its Content-Encoding {encoding:?} says (or has bytes after the compressed stream)"
+                ),
+            ),
+            Unframe::Malformed => (
+                "malformed_grpc_frame",
+                "the body is not gRPC's length-prefixed messages, or a message's gzip does not inflate (or has bytes after it)".to_owned(),
+            ),
+            Unframe::TooLarge => (
+                "too_large",
+                format!("a body larger than publish.max-message-bytes ({limit} bytes) once inflated"),
+            ),
+            Unframe::Compression if rest => (
+                "unsupported_compression",
+                format!("Content-Encoding {encoding:?} is not read (identity, gzip and deflate are)"),
+            ),
+            Unframe::Compression => (
+                "unsupported_compression",
+                format!("grpc-encoding {encoding:?} is not read (identity and gzip are)"),
+            ),
+        };
+        Rejected::new(reason, binding, detail)
     }
 }
 

@@ -1,12 +1,22 @@
 //! The adaptive controller: the fraction of logged calls the sidecar lets through while Kafka
 //! deliveries fail, so that a sick broker costs neither memory nor a storm of retries.
 //!
-//! Only broker and transport failures feed it ([`crate::delivery`] tells them from records the
-//! brokers refuse for what they are): one client sending oversized calls must not switch
-//! logging off for every model. The fraction comes back without traffic too: an idle interval
-//! in which the brokers answer raises it, so a shed fraction never outlives its outage.
+//! Only broker and transport failures feed it (`delivery` tells them from records the brokers
+//! refuse for what they are): one client sending oversized calls must not switch logging off
+//! for every model. The fraction comes back without traffic too: an idle interval in which the
+//! brokers answer raises it, so a shed fraction never outlives its outage.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rdkafka::producer::Producer;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::AdaptiveConfig;
+
+use super::Shared;
+use super::producer::ask_topic;
 
 /// What one interval showed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +79,56 @@ impl AdaptiveController {
             self.fraction = (self.fraction + self.config.increase_step).min(1.0);
         }
         self.fraction
+    }
+}
+
+pub(super) async fn control(
+    shared: Arc<Shared>,
+    mut controller: AdaptiveController,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let delivered = shared.window.delivered.swap(0, Ordering::Relaxed);
+        let failed = shared.window.failed.swap(0, Ordering::Relaxed);
+        // Idle and shedding: nothing is delivered to say the brokers are back, so ask them.
+        let mut brokers_answer = false;
+        if controller.wants_probe(delivered, failed) {
+            let timeout = interval.clamp(Duration::from_millis(100), Duration::from_secs(5));
+            match ask_topic(&shared, &shared.topic, timeout, &shutdown).await {
+                None => return,
+                Some(answer) => brokers_answer = answer.is_some(),
+            }
+            if brokers_answer {
+                shared.outage.healthy();
+            }
+        }
+        let before = controller.fraction();
+        let after = controller.observe(Interval {
+            delivered,
+            failed,
+            brokers_answer,
+        });
+        shared.fraction.store(after.to_bits(), Ordering::Relaxed);
+        shared.metrics.logged_fraction.set(after);
+        shared
+            .metrics
+            .producer_in_flight
+            .set(i64::from(shared.producer.in_flight_count()));
+        if (after - before).abs() > f64::EPSILON {
+            tracing::info!(
+                delivered,
+                failed,
+                fraction = after,
+                "adaptive logging fraction changed"
+            );
+        }
     }
 }
 

@@ -19,10 +19,11 @@ use std::time::SystemTime;
 use bytes::{Buf, Bytes};
 use http_body::Body;
 
-use crate::dead_letter::Rejected;
+use super::tap::{Watch, Watched};
+use crate::extract::framing::unframe;
 use crate::metrics::Metrics;
-use crate::proxy::{Watch, Watched};
-use crate::publisher::{CapturedCall, Publisher, unframe};
+use crate::publish::dead_letter::Rejected;
+use crate::publish::{CapturedCall, Publisher};
 
 /// Requests of one stream waiting for their responses, at most: past it (or past
 /// `publish.max-message-bytes` of them, the bound of one unary call's bodies) the oldest is
@@ -204,14 +205,15 @@ impl StreamLog {
         // Only for a request that is not logged: nothing of it is read on the way otherwise.
         let about = |rejected: Rejected| {
             let size = request.iter().map(Bytes::len).sum::<usize>();
-            let (model, version) = crate::publisher::request_model(&request).unwrap_or_default();
+            let (model, version) =
+                crate::extract::framing::request_model(&request).unwrap_or_default();
             rejected
                 .model(model, version)
                 .call("", size, SystemTime::now())
         };
         // Uncompressed (nearly always): read in place on the call's path, without a copy.
         let id = if request.first().and_then(|p| p.first()) == Some(&0) {
-            crate::proxy::id_in_chunks(&request, 5)
+            super::request_id::id_in_chunks(&request, 5)
         } else {
             match unframe(
                 request.clone(),
@@ -220,7 +222,7 @@ impl StreamLog {
                 &mut bytes::BytesMut::new(),
             ) {
                 Ok(message) => string_field(message, 3),
-                Err(e @ crate::publisher::Unframe::Compression) => {
+                Err(e @ crate::extract::framing::Unframe::Compression) => {
                     let encoding = self.request_encoding.as_deref();
                     return self.reject(about(e.rejected("grpc", encoding, self.limit)));
                 }
@@ -439,7 +441,7 @@ mod tests {
     #[tokio::test]
     async fn what_waits_for_an_answer_is_bounded_and_counted_when_given_up() {
         let (publisher, metrics, _dir) =
-            crate::publisher::tests::unconnected(&crate::config::PublishConfig::default());
+            crate::publish::tests::unconnected(&crate::config::PublishConfig::default());
         let dropped = |reason| metrics.dropped_count(reason);
         let log = StreamLog::new(Arc::new(publisher), metrics.clone(), Vec::new(), None, 1000);
         log.request(request("", 0));

@@ -18,8 +18,9 @@ use rdkafka::Message as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
-use crate::dead_letter::Rejected;
 use crate::metrics::Metrics;
+
+use super::dead_letter::Rejected;
 
 /// Delivery outcomes since the adaptive controller last looked.
 #[derive(Debug, Default)]
