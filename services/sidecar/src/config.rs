@@ -371,10 +371,10 @@ impl SidecarConfig {
                 self.upstream
             ));
         }
-        if let Some(t) = &self.upstream_tls {
-            if t.cert.is_some() != t.key.is_some() {
-                return Err("upstream-tls.cert and upstream-tls.key go together".into());
-            }
+        if let Some(t) = &self.upstream_tls
+            && t.cert.is_some() != t.key.is_some()
+        {
+            return Err("upstream-tls.cert and upstream-tls.key go together".into());
         }
         if let Some(rest) = &self.rest {
             if !http_or_https(&rest.upstream) {

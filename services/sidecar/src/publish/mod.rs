@@ -237,10 +237,10 @@ impl Publisher {
         let mut out: Vec<(String, String)> = Vec::new();
         for name in list.models.iter().flat_map(|r| &r.headers) {
             let value = headers.get(name.as_str()).and_then(|v| v.to_str().ok());
-            if let Some(value) = value {
-                if !out.iter().any(|(n, _)| n == name) {
-                    out.push((name.clone(), value.to_owned()));
-                }
+            if let Some(value) = value
+                && !out.iter().any(|(n, _)| n == name)
+            {
+                out.push((name.clone(), value.to_owned()));
             }
         }
         out

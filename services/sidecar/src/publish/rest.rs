@@ -88,10 +88,10 @@ pub(super) fn publish_rest(
     // The gRPC path's fast encoder, on the request as gRPC would have carried it (only the
     // rule's tensors, a few kB): the generic extraction below decodes every value into vectors
     // first, which cost the publisher more than reading the JSON.
-    if let Ok(scanned) = crate::extract::lazy::scan(Bytes::from(request.encode_to_vec())) {
-        if produce_planned(shared, local, list, rule, scanned, ctx, of).is_none() {
-            return;
-        }
+    if let Ok(scanned) = crate::extract::lazy::scan(Bytes::from(request.encode_to_vec()))
+        && produce_planned(shared, local, list, rule, scanned, ctx, of).is_none()
+    {
+        return;
     }
     let response = if !rule.outputs.is_empty() || rule.top_k.is_some() {
         let read = inflated(call.response, &call.response_encoding, &mut BytesMut::new())
