@@ -13,19 +13,19 @@
 //! the same either way.
 //!
 //! This file owns the log and what is read from it; beside it, `decode.rs` reads a record into
-//! a log, `wire.rs` walks the protobuf wire format for it, and `layout.rs` shares the columns'
-//! metadata between logs of the same layout.
+//! a log (walking the protobuf wire format with `featurelog_schemas::wire`), and `layout.rs`
+//! shares the columns' metadata between logs of the same layout.
 
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
 
 use featurelog_schemas::featurelog::v1::{DataType, FeatureLog, Values};
+use featurelog_schemas::wire::WireError;
 use prost::Message;
 
 mod decode;
 mod layout;
-mod wire;
 
 pub use layout::{Layout, Layouts};
 
@@ -36,6 +36,13 @@ pub struct MalformedLog(String);
 
 impl From<prost::DecodeError> for MalformedLog {
     fn from(e: prost::DecodeError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// A wire-format error of the walk over a record, made a `String` only when it is refused.
+impl From<WireError> for MalformedLog {
+    fn from(e: WireError) -> Self {
         Self(e.to_string())
     }
 }

@@ -2,14 +2,29 @@
 //! float values located in its bytes, its columns interned.
 
 use featurelog_schemas::featurelog::v1::{FeatureLog, Values};
+use featurelog_schemas::wire::{self, WireError, WireType, feature, feature_log, values};
 use prost::Message;
 
 use super::layout::ColumnRef;
-use super::wire::{check_utf8, fields, unzigzag, utf8, varint};
 use super::{Cells, Layouts, MalformedLog, ServedLog, Side};
 
+/// Protobuf's `sint64` decoding.
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Checks that a string field is UTF-8 without making a `&str` of it: candidate ids are nearly
+/// always ASCII, checked inline instead of with a call per id.
+#[inline]
+fn check_utf8(raw: &[u8], field: &wire::Field) -> Result<(), WireError> {
+    if field.bytes(raw).is_ascii() {
+        return Ok(());
+    }
+    field.str(raw).map(|_| ())
+}
+
 /// Reads a Feature submessage: its metadata borrowed from `raw`, and where its values are.
-fn feature<'a>(
+fn read_feature<'a>(
     raw: &'a [u8],
     side: Side,
     (from, to): (usize, usize),
@@ -25,25 +40,24 @@ fn feature<'a>(
     // embedded message), and only then is a Vec needed.
     let mut values: Option<(usize, usize)> = None;
     let mut more_values: Vec<(usize, usize)> = Vec::new();
-    for field in fields(raw, from, to) {
+    for field in wire::fields_in(raw, from, to) {
         let field = field?;
         match (field.number, field.wire) {
-            (1, 2) => column.name = utf8(raw, field.payload)?,
+            (feature::NAME, WireType::LengthDelimited) => column.name = field.str(raw)?,
             // Enums and int64 arrive as varints; proto3 keeps the last of a repeated scalar.
-            (2, 0) => column.datatype = field.value as i32,
-            (3, 0) => column.row_shape.push(field.value as i64),
-            (3, 2) => {
-                let (mut at, e) = field.payload;
-                while at < e {
-                    column.row_shape.push(varint(&raw[..e], &mut at)? as i64);
+            (feature::DATATYPE, WireType::Varint) => column.datatype = field.value as i32,
+            (feature::ROW_SHAPE, WireType::Varint) => column.row_shape.push(field.value as i64),
+            (feature::ROW_SHAPE, WireType::LengthDelimited) => {
+                for dim in wire::packed_varints(field.bytes(raw)) {
+                    column.row_shape.push(dim? as i64);
                 }
             }
-            (4, 2) => match values {
+            (feature::VALUES, WireType::LengthDelimited) => match values {
                 None => values = Some(field.payload),
                 Some(_) => more_values.push(field.payload),
             },
-            (5, 0) => column.per_request = field.value != 0,
-            (1..=5, _) => {
+            (feature::PER_REQUEST, WireType::Varint) => column.per_request = field.value != 0,
+            (feature::NAME..=feature::PER_REQUEST, _) => {
                 return Err(MalformedLog(format!(
                     "Feature field {}: wire type {}",
                     field.number, field.wire
@@ -54,10 +68,17 @@ fn feature<'a>(
     }
     let packed = match (values, more_values.is_empty()) {
         (Some((s, e)), true) => {
-            let mut inner = fields(raw, s, e);
+            let mut inner = wire::fields_in(raw, s, e);
             match (inner.next(), inner.next()) {
-                (Some(Ok(f)), None) if f.wire == 2 && (f.number == 6 || f.number == 7) => {
-                    let width: usize = if f.number == 6 { 4 } else { 8 };
+                (Some(Ok(f)), None)
+                    if f.wire == WireType::LengthDelimited
+                        && (f.number == values::FP32_VALUES || f.number == values::FP64_VALUES) =>
+                {
+                    let width: usize = if f.number == values::FP32_VALUES {
+                        4
+                    } else {
+                        8
+                    };
                     let (s, e) = f.payload;
                     if (e - s) % width != 0 {
                         return Err(MalformedLog(format!(
@@ -104,45 +125,50 @@ impl ServedLog {
         let mut int_ids: Vec<i64> = Vec::new();
         let mut columns = (Vec::new(), Vec::new());
         let mut cells = (Vec::new(), Vec::new());
-        for field in fields(&raw, 0, raw.len()) {
+        for field in wire::fields(&raw) {
             let field = field?;
             match (field.number, field.wire) {
-                (8, 2) => {
+                (feature_log::CANDIDATE_IDS, WireType::LengthDelimited) => {
                     if ids.is_empty() {
                         ids.reserve(layouts.last_candidates);
                     }
-                    check_utf8(&raw, field.payload)?;
+                    check_utf8(&raw, &field)?;
                     let (s, e) = field.payload;
                     ids.push((s as u32, (e - s) as u32));
                 }
-                (9, 2) => {
-                    let (c, v) = feature(&raw, Side::Feature, field.payload)?;
+                (feature_log::FEATURES, WireType::LengthDelimited) => {
+                    let (c, v) = read_feature(&raw, Side::Feature, field.payload)?;
                     columns.0.push(c);
                     cells.0.push(v);
                 }
-                (10, 2) => {
-                    let (c, v) = feature(&raw, Side::Output, field.payload)?;
+                (feature_log::OUTPUTS, WireType::LengthDelimited) => {
+                    let (c, v) = read_feature(&raw, Side::Output, field.payload)?;
                     columns.1.push(c);
                     cells.1.push(v);
                 }
-                (12, 2) => {
-                    let (mut at, e) = field.payload;
+                (feature_log::CANDIDATE_INT_IDS, WireType::LengthDelimited) => {
                     if int_ids.is_empty() {
                         int_ids.reserve(layouts.last_candidates);
                     }
-                    while at < e {
-                        int_ids.push(unzigzag(varint(&raw[..e], &mut at)?));
+                    for id in wire::packed_varints(field.bytes(&raw)) {
+                        int_ids.push(unzigzag(id?));
                     }
                 }
                 // Unpacked, as a writer may send a repeated scalar.
-                (12, 0) => int_ids.push(unzigzag(field.value)),
-                (8..=10 | 12, _) => {
+                (feature_log::CANDIDATE_INT_IDS, WireType::Varint) => {
+                    int_ids.push(unzigzag(field.value))
+                }
+                (
+                    feature_log::CANDIDATE_IDS..=feature_log::OUTPUTS
+                    | feature_log::CANDIDATE_INT_IDS,
+                    _,
+                ) => {
                     return Err(MalformedLog(format!(
                         "FeatureLog field {}: wire type {}",
                         field.number, field.wire
                     )));
                 }
-                _ => head.extend_from_slice(&raw[field.start..field.payload.1]),
+                _ => head.extend_from_slice(field.encoded(&raw)),
             }
         }
         let head = FeatureLog::decode(head.as_slice())?;

@@ -3,6 +3,7 @@
 
 use super::*;
 use featurelog_schemas::featurelog::v1::Feature;
+use featurelog_schemas::wire::feature_log;
 
 fn feature(name: &str, dt: DataType, values: Values) -> Feature {
     Feature::column(name, dt, vec![], values)
@@ -67,7 +68,7 @@ fn integer_ids_read_packed_or_not_and_match_only_canonical_text() {
     }
     .encode_to_vec();
     for n in &ints.candidate_int_ids {
-        prost::encoding::sint64::encode(12, n, &mut unpacked);
+        prost::encoding::sint64::encode(feature_log::CANDIDATE_INT_IDS, n, &mut unpacked);
     }
     for raw in [packed, unpacked] {
         let served = decode(raw).unwrap();
@@ -325,4 +326,37 @@ fn malformed_records_are_errors_not_panics() {
     assert!(decode(raw.clone()).is_err());
     assert!(FeatureLog::decode(raw.as_slice()).is_err());
     assert!(decode(vec![0xff; 12]).is_err());
+}
+
+#[test]
+fn refusals_say_what_is_wrong_with_the_record() {
+    let refused = |raw: Vec<u8>| decode(raw).unwrap_err().to_string();
+    // A known field of the wrong wire type: the name of a feature as a varint.
+    assert_eq!(
+        refused(vec![9 << 3 | 2, 2, 1 << 3, 1]),
+        "malformed FeatureLog: Feature field 1: wire type 0"
+    );
+    assert_eq!(
+        refused(vec![8 << 3, 1]),
+        "malformed FeatureLog: FeatureLog field 8: wire type 0"
+    );
+    // A group (proto2's), which no FeatureLog writer sends.
+    assert_eq!(
+        refused(vec![9 << 3 | 2, 1, 15 << 3 | 3]),
+        "malformed FeatureLog: field 15: wire type 3"
+    );
+    // A feature that ends inside a varint, with more of the record after it: the varint is
+    // cut where the feature ends (the walker never reads past an embedded message).
+    let raw = vec![9 << 3 | 2, 2, 2 << 3, 0x80, 0x0a, 1, b'r'];
+    assert!(FeatureLog::decode(raw.as_slice()).is_err());
+    assert_eq!(refused(raw), "malformed FeatureLog: truncated varint");
+    // A payload past the end of its message.
+    assert_eq!(
+        refused(vec![8 << 3 | 2, 3, b'a']),
+        "malformed FeatureLog: field 8: truncated"
+    );
+    assert_eq!(
+        refused(vec![8 << 3 | 2, 1, 0xff]),
+        "malformed FeatureLog: a string is not UTF-8"
+    );
 }

@@ -1,7 +1,11 @@
-//! Valid encodings other than prost's, built on prost's own tokenizer.
+//! Valid encodings other than prost's, built on prost's own tokenizer: not on
+//! `featurelog_schemas::wire`, the walker the decoder under test uses, so that a fault of that
+//! walker cannot shape the inputs that are to find it. The field numbers are the wire module's
+//! names (checked against the protos by its tests).
 
 use std::collections::BTreeMap;
 
+use featurelog_schemas::wire::{feature, feature_log, values};
 use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
 
 /// One field of a message as prost reads it: its number, wire type and payload (the bytes
@@ -162,12 +166,15 @@ fn reencode_values(buf: &[u8], rng: &mut fastrand::Rng) -> Vec<(u32, Vec<u8>)> {
     let mut out = Vec::new();
     for f in fields(buf) {
         let elements = match (f.number, f.wire) {
-            (1..=5 | 9, WireType::LengthDelimited) => Some((varints(&f.payload), WireType::Varint)),
-            (6, WireType::LengthDelimited) => Some((
+            (
+                values::BOOL_VALUES..=values::UINT64_VALUES | values::HALF_BITS,
+                WireType::LengthDelimited,
+            ) => Some((varints(&f.payload), WireType::Varint)),
+            (values::FP32_VALUES, WireType::LengthDelimited) => Some((
                 f.payload.chunks(4).map(<[u8]>::to_vec).collect(),
                 WireType::ThirtyTwoBit,
             )),
-            (7, WireType::LengthDelimited) => Some((
+            (values::FP64_VALUES, WireType::LengthDelimited) => Some((
                 f.payload.chunks(8).map(<[u8]>::to_vec).collect(),
                 WireType::SixtyFourBit,
             )),
@@ -194,21 +201,32 @@ fn reencode_feature(buf: &[u8], rng: &mut fastrand::Rng) -> Vec<u8> {
     let mut out = Vec::new();
     for f in fields(buf) {
         match (f.number, f.wire) {
-            (3, WireType::LengthDelimited) => out.extend(
-                repacked(3, &varints(&f.payload), WireType::Varint, rng)
-                    .into_iter()
-                    .map(|e| (3, e)),
+            (feature::ROW_SHAPE, WireType::LengthDelimited) => out.extend(
+                repacked(
+                    feature::ROW_SHAPE,
+                    &varints(&f.payload),
+                    WireType::Varint,
+                    rng,
+                )
+                .into_iter()
+                .map(|e| (feature::ROW_SHAPE, e)),
             ),
-            (4, WireType::LengthDelimited) => {
+            (feature::VALUES, WireType::LengthDelimited) => {
                 let values = reencode_values(&f.payload, rng);
                 let values: Vec<Vec<u8>> = values.into_iter().map(|(_, e)| e).collect();
                 if rng.bool() || values.is_empty() {
                     // Kept in prost's order, as the sidecar writes it (its fast path's case).
-                    out.push((4, put(4, WireType::LengthDelimited, &f.payload)));
+                    out.push((
+                        feature::VALUES,
+                        put(feature::VALUES, WireType::LengthDelimited, &f.payload),
+                    ));
                 } else {
                     let at = rng.usize(..=values.len());
                     for part in [&values[..at], &values[at..]] {
-                        out.push((4, put(4, WireType::LengthDelimited, &part.concat())));
+                        out.push((
+                            feature::VALUES,
+                            put(feature::VALUES, WireType::LengthDelimited, &part.concat()),
+                        ));
                     }
                 }
             }
@@ -227,12 +245,17 @@ pub(super) fn reencode_log(buf: &[u8], seed: u64) -> Vec<u8> {
     let mut out = Vec::new();
     for f in fields(buf) {
         match (f.number, f.wire) {
-            (12, WireType::LengthDelimited) => out.extend(
-                repacked(12, &varints(&f.payload), WireType::Varint, &mut rng)
-                    .into_iter()
-                    .map(|e| (12, e)),
+            (feature_log::CANDIDATE_INT_IDS, WireType::LengthDelimited) => out.extend(
+                repacked(
+                    feature_log::CANDIDATE_INT_IDS,
+                    &varints(&f.payload),
+                    WireType::Varint,
+                    &mut rng,
+                )
+                .into_iter()
+                .map(|e| (feature_log::CANDIDATE_INT_IDS, e)),
             ),
-            (9 | 10, WireType::LengthDelimited) => {
+            (feature_log::FEATURES | feature_log::OUTPUTS, WireType::LengthDelimited) => {
                 let feature = reencode_feature(&f.payload, &mut rng);
                 out.push((f.number, put(f.number, WireType::LengthDelimited, &feature)));
             }
