@@ -35,6 +35,16 @@ pub enum Change {
     Resume(Input),
 }
 
+/// How often [`Alignment::decide_at`] may ask whether an input has records left: `now_us`
+/// on a monotonic clock, at most once every `us`.
+#[derive(Debug, Clone, Copy)]
+pub struct Every {
+    /// Now, in microseconds of a monotonic clock.
+    pub now_us: i64,
+    /// The least time between two questions about one input.
+    pub us: i64,
+}
+
 /// Whether a task's partitions are paused, as last told to the consumer.
 #[derive(Debug, Clone, Default)]
 pub struct Alignment {
@@ -42,6 +52,10 @@ pub struct Alignment {
     /// (after a fence) does not know what the consumer was last told, so its first decision is
     /// said whatever it is.
     paused: [Option<bool>; 2],
+    /// When each input last asked whether the other has records left (see
+    /// [`Alignment::decide_at`]): a paused input, whether to go on; a running one, the last
+    /// time the answer was no.
+    asked_us: [Option<i64>; 2],
 }
 
 impl Alignment {
@@ -55,30 +69,33 @@ impl Alignment {
         features_wait_us: i64,
         has_unread: impl Fn(Input) -> bool,
     ) -> Vec<Change> {
-        self.decide_with(times, max_ahead_us, features_wait_us, Some(has_unread))
+        let every = Every { now_us: 0, us: 0 };
+        self.decide_at(times, max_ahead_us, features_wait_us, every, has_unread)
     }
 
-    /// [`Alignment::decide`], where `has_unread` may be `None`: an input whose lead calls for
-    /// a pause then keeps its state until a decision that can ask. Whether the other input has
-    /// records left is the consumer's position against its end, a call into librdkafka that
-    /// costs more than the join of a record; and its answer flips each time the other input
-    /// reaches its end between two of the router's transactions, where a pause and resume on
-    /// every flip would make librdkafka drop the paused partition's prefetched records and
-    /// fetch them again each time. Asked at most every so often, it costs neither.
-    pub fn decide_with(
+    /// [`Alignment::decide`], asking `has_unread` about an input at most once every
+    /// `every.us`. The question is the consumer's position against the partition's end, a
+    /// call into librdkafka that costs more than the join of a record; and its answer flips
+    /// each time the other input reaches its end between two of the router's transactions.
+    /// A pause and resume on every flip would make librdkafka drop the paused partition's
+    /// prefetched records and fetch them again each time. So an input past the bound pauses
+    /// as soon as the other has records left; paused, it asks again only after `every.us`;
+    /// running because the other was read to its end, likewise.
+    pub fn decide_at(
         &mut self,
         times: &InputTimes,
         max_ahead_us: i64,
         features_wait_us: i64,
-        has_unread: Option<impl Fn(Input) -> bool>,
+        every: Every,
+        has_unread: impl Fn(Input) -> bool,
     ) -> Vec<Change> {
-        let has_unread = |input: Input| has_unread.as_ref().map(|f| f(input));
         // Feature logs are measured against the events' progress, which decides when they
         // leave the state; events against the feature logs read, which they wait for.
         let features = self.next(
             Input::Features,
             lead(times.features, behind(times, features_wait_us)),
             max_ahead_us,
+            every,
             || has_unread(Input::Events),
         );
         // The events' progress can only move while their input is read: with the feature logs
@@ -88,7 +105,7 @@ impl Alignment {
         } else {
             lead(times.events_read, times.features)
         };
-        let events = self.next(Input::Events, events_lead, max_ahead_us, || {
+        let events = self.next(Input::Events, events_lead, max_ahead_us, every, || {
             has_unread(Input::Features)
         });
         let mut changes = Vec::new();
@@ -107,25 +124,35 @@ impl Alignment {
 
     /// Whether `input` should be paused, `lead` ahead of the other input: past the bound it is,
     /// within half of it it is not, and in between it stays as it is. Only while the other
-    /// input has records left to read (`other_unread`, asked only then; `None` when it cannot
-    /// be asked now, and the input keeps its state): it catches up by reading them. An input
-    /// read to its end moves by its idle timeout or by new records, which may be long in
-    /// coming; pausing against it would hold back rows that could be joined now (an
-    /// impression whose click, minutes of event time later, is already read).
+    /// input has records left to read (`other_unread`, asked only then, and only as often as
+    /// `every` allows): it catches up by reading them. An input read to its end moves by its
+    /// idle timeout or by new records, which may be long in coming; pausing against it would
+    /// hold back rows that could be joined now (an impression whose click, minutes of event
+    /// time later, is already read).
     fn next(
-        &self,
+        &mut self,
         input: Input,
         lead: Option<i64>,
         max_ahead_us: i64,
-        other_unread: impl FnOnce() -> Option<bool>,
+        every: Every,
+        other_unread: impl FnOnce() -> bool,
     ) -> bool {
-        let paused = self.paused[input as usize].unwrap_or(false);
+        let i = input as usize;
+        let paused = self.paused[i].unwrap_or(false);
         let wanted = match lead {
             Some(lead) if lead > max_ahead_us => true,
             Some(lead) if lead > max_ahead_us / 2 => paused,
             _ => false,
         };
-        wanted && other_unread().unwrap_or(paused)
+        if !wanted {
+            self.asked_us[i] = None;
+            return false;
+        }
+        if self.asked_us[i].is_some_and(|at| every.now_us.saturating_sub(at) < every.us) {
+            return paused;
+        }
+        self.asked_us[i] = Some(every.now_us);
+        other_unread()
     }
 
     /// Whether the input is paused.
@@ -255,33 +282,49 @@ mod tests {
     }
 
     #[test]
-    fn without_asking_whether_the_other_input_has_records_an_input_keeps_its_state() {
-        let never = None::<fn(Input) -> bool>;
+    fn whether_the_other_input_has_records_is_asked_at_most_once_a_period() {
+        let at = |now_us: i64| Every { now_us, us: S };
         let mut a = Alignment::default();
         a.decide(&times(None, None, None), 30 * S, 600 * S, |_| true);
         let far = times(Some(131 * S), Some(100 * S), None);
-        // Past the bound, but whether to pause needs the other input's unread records.
-        assert!(a.decide_with(&far, 30 * S, 600 * S, never).is_empty());
+        // Past the bound with the events read to their end: it runs, and asks again only a
+        // period later.
+        let asked = std::cell::Cell::new(0);
+        let ends = |_| {
+            asked.set(asked.get() + 1);
+            false
+        };
+        assert!(a.decide_at(&far, 30 * S, 600 * S, at(0), ends).is_empty());
+        assert!(
+            a.decide_at(&far, 30 * S, 600 * S, at(S / 2), ends)
+                .is_empty()
+        );
+        assert_eq!(asked.get(), 1);
+        // A period later the events have records again: it pauses at once.
         assert_eq!(
-            a.decide(&far, 30 * S, 600 * S, |_| true),
+            a.decide_at(&far, 30 * S, 600 * S, at(S), |_| true),
             vec![Change::Pause(Input::Features)]
         );
-        // Paused, the events read to their end: it stays paused until it can ask again...
-        assert!(a.decide_with(&far, 30 * S, 600 * S, never).is_empty());
+        // Paused, the events read to their end: it stays paused until a period has passed.
+        assert!(
+            a.decide_at(&far, 30 * S, 600 * S, at(S + S / 2), ends)
+                .is_empty()
+        );
+        assert_eq!(asked.get(), 1);
         assert_eq!(
-            a.decide(&far, 30 * S, 600 * S, |_| false),
+            a.decide_at(&far, 30 * S, 600 * S, at(2 * S), ends),
             vec![Change::Resume(Input::Features)]
         );
-        // ...but resumes without asking once the events are within half the bound.
-        a.decide(&far, 30 * S, 600 * S, |_| true);
+        // Within half the bound it runs without asking; past the bound again it asks at once.
+        let near = times(Some(131 * S), Some(117 * S), None);
+        let never = |_| -> bool { unreachable!("asked within half the bound") };
+        assert!(
+            a.decide_at(&near, 30 * S, 600 * S, at(2 * S), never)
+                .is_empty()
+        );
         assert_eq!(
-            a.decide_with(
-                &times(Some(131 * S), Some(117 * S), None),
-                30 * S,
-                600 * S,
-                never
-            ),
-            vec![Change::Resume(Input::Features)]
+            a.decide_at(&far, 30 * S, 600 * S, at(2 * S), |_| true),
+            vec![Change::Pause(Input::Features)]
         );
     }
 

@@ -42,6 +42,8 @@ pub(super) struct Join {
     pub(super) completeness_lag: i64,
     pub(super) max_ahead_us: i64,
     pub(super) features_wait_us: i64,
+    /// The monotonic clock's origin for [`crate::align::Every`].
+    pub(super) started: std::time::Instant,
 }
 
 /// What the join stage changes as it runs.
@@ -57,7 +59,7 @@ pub(super) struct Running {
 /// What a pass of the completeness markers returns: the hours it marked complete.
 pub(super) type MarkerPass = Result<Vec<String>, SinkError>;
 
-/// How often a record's alignment may ask whether a task's inputs have records left to read.
+/// How often alignment may ask whether one of a task's inputs has records left to read.
 const UNREAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Join {
@@ -136,6 +138,7 @@ impl Join {
             completeness_lag,
             max_ahead_us,
             features_wait_us,
+            started: std::time::Instant::now(),
             config,
         })
     }
@@ -199,28 +202,21 @@ impl Join {
 
     /// Pauses or resumes the partitions of task `p` to keep its inputs within
     /// `join.max-read-ahead` of each other (see [`crate::align`]).
-    /// Whether the other input has records left is asked at most every [`UNREAD_EVERY`] (or
-    /// on every tick, `ask_unread`): see [`crate::align::Alignment::decide_with`].
-    pub(super) fn align(
-        &self,
-        p: i32,
-        task: &mut Task,
-        positions: &Positions<'_>,
-        ask_unread: bool,
-    ) {
+    /// Whether an input has records left is asked at most every [`UNREAD_EVERY`] (see
+    /// [`crate::align::Alignment::decide_at`]).
+    pub(super) fn align(&self, p: i32, task: &mut Task, positions: &Positions<'_>) {
         let next = task.next;
-        let now = std::time::Instant::now();
-        let ask = ask_unread || task.unread_asked.is_none_or(|at| now - at >= UNREAD_EVERY);
-        let unread = |input| positions.unread(&self.topics, p, next, input);
-        let changes = task.alignment.decide_with(
+        let every = crate::align::Every {
+            now_us: i64::try_from(self.started.elapsed().as_micros()).unwrap_or(i64::MAX),
+            us: i64::try_from(UNREAD_EVERY.as_micros()).unwrap_or(i64::MAX),
+        };
+        let changes = task.alignment.decide_at(
             &task.state.input_times(),
             self.max_ahead_us,
             self.features_wait_us,
-            ask.then_some(unread),
+            every,
+            |input| positions.unread(&self.topics, p, next, input),
         );
-        if ask {
-            task.unread_asked = Some(now);
-        }
         crate::align::apply(&self.consumer, self.topics.as_strs(), p, &changes);
     }
 

@@ -67,7 +67,7 @@ pub(super) fn receive(
     task.dirty = true;
     let rows = rows_of(join, task, input, &message);
     task.rows.extend(rows);
-    join.align(p, task, &Positions::new(&join.consumer), false);
+    join.align(p, task, &Positions::new(&join.consumer));
     let output = &join.config.output;
     if (task.rows.len() >= output.flush_rows || task.rows.bytes() >= output.flush_bytes)
         && !join.flush(task)?

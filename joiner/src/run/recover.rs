@@ -207,7 +207,6 @@ pub(super) fn recover(
         dirty: false,
         reported: crate::state::Counts::default(),
         alignment: crate::align::Alignment::default(),
-        unread_asked: None,
     })
 }
 

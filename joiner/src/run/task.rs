@@ -34,8 +34,6 @@ pub(super) struct Task {
     pub(super) last_state_files: Vec<String>,
     /// Whether its partitions are paused for being read ahead of each other.
     pub(super) alignment: crate::align::Alignment,
-    /// When the task's alignment last asked whether its inputs have records left to read.
-    pub(super) unread_asked: Option<std::time::Instant>,
 }
 
 /// The checkpoint key of a task's events offset. The two settings of

@@ -125,7 +125,7 @@ fn take_idle_rows(task: &mut Task, before: i64, rows: Vec<Row>) {
 fn align_tasks(join: &Join, tasks: &mut HashMap<i32, Task>, positions: &Positions<'_>) {
     let mut paused = 0;
     for (p, task) in tasks.iter_mut() {
-        join.align(*p, task, positions, true);
+        join.align(*p, task, positions);
         paused += [Input::Features, Input::Events]
             .iter()
             .filter(|&&i| task.alignment.is_paused(i))
