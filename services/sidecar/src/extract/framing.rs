@@ -7,6 +7,7 @@
 use std::io::Read;
 
 use bytes::{Buf, Bytes, BytesMut};
+use featurelog_schemas::wire::{self, WireType, model_infer_request};
 
 /// A gRPC body's prefix (compressed flag, message length) and the rest of its first non-empty
 /// chunk, which is where the message starts.
@@ -15,6 +16,13 @@ pub(crate) fn frame_head(chunks: &[Bytes]) -> Option<(u8, usize, &[u8])> {
     let (&[flag, a, b, c, d], rest) = first.split_first_chunk::<5>()?;
     Some((flag, u32::from_be_bytes([a, b, c, d]) as usize, rest))
 }
+
+/// The keys of a request's `model_name` and `model_version`, length-delimited: one byte each.
+const NAME_KEY: u8 = wire::key(model_infer_request::MODEL_NAME, WireType::LengthDelimited) as u8;
+const VERSION_KEY: u8 = wire::key(
+    model_infer_request::MODEL_VERSION,
+    WireType::LengthDelimited,
+) as u8;
 
 /// The model name and version of an uncompressed request whose message starts with them, as
 /// encoders write fields in order, read from its first chunk (nearly always the whole body);
@@ -30,13 +38,11 @@ pub(crate) fn request_model(chunks: &[Bytes]) -> Option<(&str, &str)> {
     let whole = rest.len() >= len;
     let mut rest = rest.get(..len).unwrap_or(rest);
     let (mut name, mut version) = (None, "");
-    // model_name (field 1) and model_version (field 2), both length-delimited.
-    while let Some(&key @ (0x0a | 0x12)) = rest.first() {
+    // model_name and model_version, both length-delimited.
+    while let Some(&key @ (NAME_KEY | VERSION_KEY)) = rest.first() {
         rest = &rest[1..];
-        let len = usize::try_from(prost::encoding::decode_varint(&mut rest).ok()?).ok()?;
-        let text = std::str::from_utf8(rest.get(..len)?).ok()?;
-        rest = &rest[len..];
-        if key == 0x0a {
+        let text = std::str::from_utf8(wire::length_delimited(&mut rest).ok()?).ok()?;
+        if key == NAME_KEY {
             name = Some(text);
         } else {
             version = text;

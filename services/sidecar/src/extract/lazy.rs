@@ -9,14 +9,18 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use featurelog_schemas::inference::model_infer_request::InferInputTensor;
 use featurelog_schemas::inference::{InferParameter, ModelInferRequest};
 use featurelog_schemas::tensor::TensorError;
+use featurelog_schemas::wire::model_infer_request::{
+    ID, INPUTS, MODEL_NAME, MODEL_VERSION, PARAMETERS, RAW_INPUT_CONTENTS,
+};
+use featurelog_schemas::wire::{Field, WireType::LengthDelimited, infer_input_tensor};
 use prost::Message;
-use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 
 use crate::allowlist::ModelRule;
+use crate::extract::fields::{NotField, fields};
 
 /// Why a request could not be read.
 #[derive(Debug, PartialEq)]
@@ -27,18 +31,18 @@ pub enum LazyError {
     RawCount(TensorError),
 }
 
-/// The `name` (field 1) of an encoded tensor message, borrowed from it: no allocation for the
-/// many inputs that are not logged.
-fn tensor_name(mut buf: &[u8]) -> Result<&[u8], LazyError> {
+/// The `name` of an encoded tensor message, borrowed from it: no allocation for the many
+/// inputs that are not logged.
+fn tensor_name(buf: &[u8]) -> Result<&[u8], LazyError> {
     let mut name: &[u8] = &[];
-    while buf.has_remaining() {
-        let (tag, wire_type) = decode_key(&mut buf).map_err(|_| LazyError::Malformed)?;
-        if (tag, wire_type) == (1, WireType::LengthDelimited) {
+    for f in fields(buf) {
+        match f {
             // The last occurrence wins, as in a full decode.
-            name = length_delimited(&mut buf)?;
-        } else {
-            skip_field(wire_type, tag, &mut buf, DecodeContext::default())
-                .map_err(|_| LazyError::Malformed)?;
+            Ok(f) if (f.number, f.wire) == (infer_input_tensor::NAME, LengthDelimited) => {
+                name = f.bytes(buf);
+            }
+            Ok(_) | Err(NotField::Group(_)) => {}
+            Err(NotField::Malformed) => return Err(LazyError::Malformed),
         }
     }
     Ok(name)
@@ -52,19 +56,9 @@ struct ParameterEntry {
     value: Option<InferParameter>,
 }
 
-fn length_delimited<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], LazyError> {
-    let len = usize::try_from(decode_varint(buf).map_err(|_| LazyError::Malformed)?)
-        .map_err(|_| LazyError::Malformed)?;
-    if len > buf.len() {
-        return Err(LazyError::Malformed);
-    }
-    let (field, rest) = buf.split_at(len);
-    *buf = rest;
-    Ok(field)
-}
-
-fn string(field: &[u8]) -> Result<String, LazyError> {
-    std::str::from_utf8(field)
+fn string(field: &Field, buf: &[u8]) -> Result<String, LazyError> {
+    field
+        .str(buf)
         .map(str::to_owned)
         .map_err(|_| LazyError::Malformed)
 }
@@ -100,49 +94,40 @@ pub fn scan(buf: Bytes) -> Result<Scanned, LazyError> {
         raw: Vec::with_capacity(64),
         ..Scanned::default()
     };
-    let total = buf.len();
     let mut run_contiguous = true;
     let mut run = 0..0;
-    {
-        let mut rest: &[u8] = &buf;
-        let at = |rest: &[u8]| total - rest.len();
-        let range = |field: &[u8], rest: &[u8]| at(rest) - field.len()..at(rest);
-        while rest.has_remaining() {
-            let key_at = at(rest);
-            let (tag, wire_type) = decode_key(&mut rest).map_err(|_| LazyError::Malformed)?;
-            match (tag, wire_type) {
-                (1, WireType::LengthDelimited) => {
-                    s.model_name = string(length_delimited(&mut rest)?)?;
-                }
-                (2, WireType::LengthDelimited) => {
-                    s.model_version = string(length_delimited(&mut rest)?)?;
-                }
-                (3, WireType::LengthDelimited) => s.id = string(length_delimited(&mut rest)?)?,
-                (4, WireType::LengthDelimited) => {
-                    let field = length_delimited(&mut rest)?;
-                    s.params.push(range(field, rest));
-                }
-                (5, WireType::LengthDelimited) => {
-                    let field = length_delimited(&mut rest)?;
-                    if s.inputs.is_empty() {
-                        run.start = key_at;
-                    } else if run.end != key_at {
-                        run_contiguous = false;
-                    }
-                    run.end = at(rest);
-                    s.inputs.push(range(field, rest));
-                }
-                (7, WireType::LengthDelimited) => {
-                    let field = length_delimited(&mut rest)?;
-                    s.raw.push(range(field, rest));
-                }
-                // Name, version or id of another wire type: prost refuses the message, and so
-                // does the proxy's reading of the id it gives back (a record logged anyway
-                // would carry another id than the caller was given).
-                (1..=3, _) => return Err(LazyError::Malformed),
-                _ => skip_field(wire_type, tag, &mut rest, DecodeContext::default())
-                    .map_err(|_| LazyError::Malformed)?,
+    for f in fields(&buf) {
+        let f = match f {
+            Ok(f) => f,
+            // Name, version or id as a group: prost refuses the message (below). Any other
+            // group is stepped over, as prost does.
+            Err(NotField::Group(number)) if (MODEL_NAME..=ID).contains(&number) => {
+                return Err(LazyError::Malformed);
             }
+            Err(NotField::Group(_)) => continue,
+            Err(NotField::Malformed) => return Err(LazyError::Malformed),
+        };
+        match (f.number, f.wire) {
+            (MODEL_NAME, LengthDelimited) => s.model_name = string(&f, &buf)?,
+            (MODEL_VERSION, LengthDelimited) => s.model_version = string(&f, &buf)?,
+            (ID, LengthDelimited) => s.id = string(&f, &buf)?,
+            (PARAMETERS, LengthDelimited) => s.params.push(f.range()),
+            (INPUTS, LengthDelimited) => {
+                if s.inputs.is_empty() {
+                    run.start = f.start;
+                } else if run.end != f.start {
+                    run_contiguous = false;
+                }
+                run.end = f.end();
+                s.inputs.push(f.range());
+            }
+            (RAW_INPUT_CONTENTS, LengthDelimited) => s.raw.push(f.range()),
+            // Name, version or id of another wire type: prost refuses the message, and so
+            // does the proxy's reading of the id it gives back (a record logged anyway
+            // would carry another id than the caller was given).
+            (MODEL_NAME..=ID, _) => return Err(LazyError::Malformed),
+            // Unknown fields are skipped, as prost does.
+            _ => {}
         }
     }
     if run_contiguous && !s.inputs.is_empty() {

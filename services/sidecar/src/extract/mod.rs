@@ -3,6 +3,7 @@
 //! values exactly as the model received them, optionally only the top K candidates.
 
 pub mod direct;
+pub(crate) mod fields;
 pub mod framing;
 pub mod lazy;
 pub mod rest_json;

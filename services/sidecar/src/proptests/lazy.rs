@@ -115,3 +115,83 @@ proptest! {
         check_lazy(&raw, &rule)?;
     }
 }
+
+/// Groups of fields a ModelInferRequest and its tensors do not declare, which prost steps over
+/// (the scan's walker refuses groups; the sidecar steps over them as prost does). The fast
+/// path leaves a tensor with one to the general path.
+#[test]
+fn unknown_groups_are_stepped_over_as_prost_steps_over_them() {
+    use prost::encoding::{WireType, encode_key};
+
+    use super::reencode::put;
+
+    let group = |number: u32, inner: &[u8]| {
+        let mut out = Vec::new();
+        encode_key(number, WireType::StartGroup, &mut out);
+        out.extend_from_slice(inner);
+        encode_key(number, WireType::EndGroup, &mut out);
+        out
+    };
+    let inner = [
+        put(1, WireType::Varint, &[5]),
+        group(31, &put(2, WireType::LengthDelimited, &[0x0c])),
+    ]
+    .concat();
+    let tensor = |name: &str| {
+        let t = InferInputTensor {
+            name: name.into(),
+            datatype: "FP32".into(),
+            shape: vec![2],
+            ..InferInputTensor::default()
+        };
+        [t.encode_to_vec(), group(30, &inner)].concat()
+    };
+    let request = |with_parameters_group: bool| {
+        let mut raw = put(1, WireType::LengthDelimited, b"ranker");
+        raw.extend(group(30, &inner));
+        raw.extend(put(3, WireType::LengthDelimited, b"x"));
+        for name in ["price", "other"] {
+            raw.extend(put(5, WireType::LengthDelimited, &tensor(name)));
+            raw.extend(group(8, &[]));
+            raw.extend(put(7, WireType::LengthDelimited, &[0; 8]));
+        }
+        // A group with the number of `parameters` in a tensor: prost refuses the tensor.
+        if with_parameters_group {
+            let p = [&tensor("p")[..], &group(4, &inner)].concat();
+            raw.extend(put(5, WireType::LengthDelimited, &p));
+            raw.extend(put(7, WireType::LengthDelimited, &[0; 8]));
+        }
+        raw
+    };
+    let rule = ModelRule {
+        name: "ranker".into(),
+        version: None,
+        features: vec!["price".into()],
+        outputs: vec![],
+        candidate_ids_input: None,
+        candidate_ids_parameter: None,
+        parameters: vec![],
+        headers: vec![],
+        sample_rate: 1.0,
+        top_k: None,
+    };
+    let valid = request(false);
+    assert!(check_lazy(&valid, &rule).unwrap(), "{valid:?}");
+    let scanned = crate::extract::lazy::scan(Bytes::from(valid)).unwrap();
+    let ctx = crate::extract::CallContext {
+        request_id: "x",
+        served_at: std::time::SystemTime::UNIX_EPOCH,
+        instance: "i",
+        allow_list_version: "v",
+        headers: &[],
+    };
+    assert_eq!(crate::extract::direct::encode(&rule, &scanned, ctx), None);
+    // The tensor with a `parameters` group is refused by prost, and by the rule naming it.
+    let rule = ModelRule {
+        features: vec!["p".into()],
+        ..rule
+    };
+    let raw = request(true);
+    assert!(ModelInferRequest::decode(&raw[..]).is_err());
+    assert!(crate::extract::lazy::decode_for_rule(Bytes::from(raw), &rule).is_err());
+}

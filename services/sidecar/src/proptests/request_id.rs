@@ -234,6 +234,9 @@ fn a_head_field_of_another_wire_type_is_refused_as_prost_refuses_it() {
         &[0x1a, 1, b'a', 0x18, 5][..],
         &[0x0a, 1, b'm', 0x0d, 1, 2, 3, 4],
         &[0x11, 1, 2, 3, 4, 5, 6, 7, 8, 0x1a, 1, b'a'],
+        // As a group: the scan's walker steps over groups as prost does, but not these.
+        &[0x1a, 1, b'a', 0x1b, 0x1c],
+        &[0x0b, 0x08, 1, 0x0c, 0x1a, 1, b'a'],
     ] {
         assert_eq!(head_of(message), None, "{message:?}");
         let scanned = crate::extract::lazy::scan(Bytes::copy_from_slice(message));
@@ -245,4 +248,35 @@ fn a_head_field_of_another_wire_type_is_refused_as_prost_refuses_it() {
         );
         assert_eq!(id, None);
     }
+}
+
+/// A group of a field a ModelInferRequest does not declare: prost steps over it, and the id
+/// given back is the one prost reads past it (the scan's walker refuses groups; the sidecar
+/// steps over them as prost does).
+#[test]
+fn an_unknown_group_is_stepped_over_as_prost_steps_over_it() {
+    // Group 30 (keys 0xf3 0x01, 0xf4 0x01) around a nested group and a length-delimited field.
+    let group = [0xf3, 0x01, 0x0b, 0x12, 1, 0x0c, 0x0c, 0x08, 1, 0xf4, 0x01];
+    let message = [&[0x0a, 1, b'm', 0x1a, 1, b'a'][..], &group, &[0x2a, 0]].concat();
+    assert_eq!(head_of(&message).map(|h| h.id).as_deref(), Some("a"));
+    let scanned = crate::extract::lazy::scan(Bytes::copy_from_slice(&message)).unwrap();
+    assert_eq!((scanned.id.as_str(), scanned.input_count()), ("a", 1));
+    let body = framed(0, &message);
+    let id = crate::proxy::request_id::captured_request_id(
+        &captured(vec![Bytes::from(body.clone())]),
+        None,
+        1 << 20,
+    );
+    assert_eq!(id.as_deref(), Some("a"));
+    assert_eq!(
+        crate::proxy::request_id::head_id(&body).as_deref(),
+        Some("a")
+    );
+    let first = [&group[..], &message].concat();
+    assert_eq!(head_of(&first).map(|h| h.id).as_deref(), Some("a"));
+    let body = framed(0, &first);
+    assert_eq!(
+        crate::proxy::request_id::id_in_chunks(&[Bytes::from(body)], 5).as_deref(),
+        Some("a")
+    );
 }

@@ -3,6 +3,8 @@
 //! decode decides whenever the message is unusual.
 
 use bytes::{Buf, Bytes};
+use featurelog_schemas::wire::model_infer_request::{ID, MODEL_NAME};
+use featurelog_schemas::wire::{self, WireType};
 use prost::Message;
 
 use crate::extract::framing::{frame_head, unframe};
@@ -108,18 +110,17 @@ pub(crate) fn head_id(head: &[u8]) -> Option<String> {
         return None;
     };
     let mut id = String::new();
+    let (first, last) = (u64::from(MODEL_NAME), u64::from(ID));
     while !buf.is_empty() {
-        let key = prost::encoding::decode_varint(&mut buf).ok()?;
+        let key = wire::read_varint(&mut buf).ok()?;
         match (key >> 3, key & 7) {
-            (tag @ 1..=3, 2) => {
-                let len = usize::try_from(prost::encoding::decode_varint(&mut buf).ok()?).ok()?;
-                let text = std::str::from_utf8(buf.get(..len)?).ok()?;
-                if tag == 3 {
+            (number, 2) if (first..=last).contains(&number) => {
+                let text = std::str::from_utf8(wire::length_delimited(&mut buf).ok()?).ok()?;
+                if number == last {
                     text.clone_into(&mut id);
                 }
-                buf = &buf[len..];
             }
-            (4.., _) => return Some(id),
+            (number, _) if number > last => return Some(id),
             _ => return None,
         }
     }
@@ -137,23 +138,20 @@ pub(super) fn request_id(buf: &mut impl Buf) -> Result<String, Unusual> {
     let varint = |buf: &mut _| prost::encoding::decode_varint(buf).map_err(|_| Unusual);
     let mut id = String::new();
     while buf.has_remaining() {
-        let key = varint(buf)?;
-        let tag = key >> 3;
-        if tag == 0 || key > u64::from(u32::MAX) {
-            return Err(Unusual);
-        }
-        match (tag, key & 7) {
-            (_, 2) => {
+        // Groups, too, are left to prost.
+        let (number, wire) = wire::split_key(varint(buf)?).map_err(|_| Unusual)?;
+        match wire {
+            WireType::LengthDelimited => {
                 let len = usize::try_from(varint(buf)?).map_err(|_| Unusual)?;
                 if len > buf.remaining() {
                     return Err(Unusual);
                 }
-                if tag <= 3 {
+                if number <= ID {
                     // model_name, model_version and id must be UTF-8 for the decode to work;
                     // checked in place when the field is in one chunk, which it nearly always is.
                     if buf.chunk().len() >= len {
                         let text = std::str::from_utf8(&buf.chunk()[..len]).map_err(|_| Unusual)?;
-                        if tag == 3 {
+                        if number == ID {
                             text.clone_into(&mut id);
                         }
                         buf.advance(len);
@@ -161,7 +159,7 @@ pub(super) fn request_id(buf: &mut impl Buf) -> Result<String, Unusual> {
                         let mut field = vec![0; len];
                         buf.copy_to_slice(&mut field);
                         let text = String::from_utf8(field).map_err(|_| Unusual)?;
-                        if tag == 3 {
+                        if number == ID {
                             id = text;
                         }
                     }
@@ -169,18 +167,17 @@ pub(super) fn request_id(buf: &mut impl Buf) -> Result<String, Unusual> {
                     buf.advance(len);
                 }
             }
-            (1..=3, _) => return Err(Unusual),
-            (_, 0) => {
+            _ if number <= ID => return Err(Unusual),
+            WireType::Varint => {
                 varint(buf)?;
             }
-            (_, wire @ (1 | 5)) => {
-                let len = if wire == 1 { 8 } else { 4 };
+            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+                let len = if wire == WireType::SixtyFourBit { 8 } else { 4 };
                 if len > buf.remaining() {
                     return Err(Unusual);
                 }
                 buf.advance(len);
             }
-            _ => return Err(Unusual),
         }
     }
     Ok(id)

@@ -16,10 +16,14 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
+use featurelog_schemas::wire::{
+    WireType, model_infer_request, model_infer_response, model_stream_infer_response,
+};
 use http_body::Body;
 
 use super::tap::{Watch, Watched};
+use crate::extract::fields::{NotField, fields};
 use crate::extract::framing::unframe;
 use crate::metrics::Metrics;
 use crate::publish::dead_letter::Rejected;
@@ -221,7 +225,7 @@ impl StreamLog {
                 self.limit,
                 &mut bytes::BytesMut::new(),
             ) {
-                Ok(message) => string_field(message, 3),
+                Ok(message) => string_field(message, model_infer_request::ID),
                 Err(e @ crate::extract::framing::Unframe::Compression) => {
                     let encoding = self.request_encoding.as_deref();
                     return self.reject(about(e.rejected("grpc", encoding, self.limit)));
@@ -290,7 +294,10 @@ impl StreamLog {
                 MALFORMED_RESPONSE,
             ));
         };
-        let Some(id) = response.clone().and_then(|r| string_field(r, 3)) else {
+        let Some(id) = response
+            .clone()
+            .and_then(|r| string_field(r, model_infer_response::ID))
+        else {
             return;
         };
         let found = self.waiting.lock().ok().and_then(|mut w| {
@@ -331,54 +338,34 @@ impl StreamLog {
 
 /// The text of field `number` of an encoded message (`None` if the message does not parse
 /// that far; empty if the field is absent).
-fn string_field(mut message: Bytes, number: u32) -> Option<String> {
+fn string_field(message: Bytes, number: u32) -> Option<String> {
     let mut found = String::new();
-    while message.has_remaining() {
-        let (field, wire) = prost::encoding::decode_key(&mut message).ok()?;
-        if field == number && wire == prost::encoding::WireType::LengthDelimited {
-            let len = prost::encoding::decode_varint(&mut message).ok()? as usize;
-            if len > message.remaining() {
-                return None;
+    for f in fields(&message) {
+        match f {
+            Ok(f) if f.number == number && f.wire == WireType::LengthDelimited => {
+                found = f.str(&message).ok()?.to_owned();
             }
-            found = String::from_utf8(message.split_to(len).to_vec()).ok()?;
-        } else {
-            prost::encoding::skip_field(
-                wire,
-                field,
-                &mut message,
-                prost::encoding::DecodeContext::default(),
-            )
-            .ok()?;
+            Ok(_) | Err(NotField::Group(_)) => {}
+            Err(NotField::Malformed) => return None,
         }
     }
     Some(found)
 }
 
 /// A ModelStreamInferResponse: whether it reports an error, and its `infer_response` bytes.
-fn stream_response(mut message: Bytes) -> Option<(bool, Option<Bytes>)> {
+fn stream_response(message: Bytes) -> Option<(bool, Option<Bytes>)> {
     let (mut error, mut response) = (false, None);
-    while message.has_remaining() {
-        let (field, wire) = prost::encoding::decode_key(&mut message).ok()?;
-        match (field, wire) {
-            (1 | 2, prost::encoding::WireType::LengthDelimited) => {
-                let len = prost::encoding::decode_varint(&mut message).ok()? as usize;
-                if len > message.remaining() {
-                    return None;
+    for f in fields(&message) {
+        match f {
+            Ok(f) if f.wire == WireType::LengthDelimited => match f.number {
+                model_stream_infer_response::ERROR_MESSAGE => error = f.payload.0 != f.payload.1,
+                model_stream_infer_response::INFER_RESPONSE => {
+                    response = Some(message.slice(f.range()));
                 }
-                let value = message.split_to(len);
-                if field == 1 {
-                    error = !value.is_empty();
-                } else {
-                    response = Some(value);
-                }
-            }
-            _ => prost::encoding::skip_field(
-                wire,
-                field,
-                &mut message,
-                prost::encoding::DecodeContext::default(),
-            )
-            .ok()?,
+                _ => {}
+            },
+            Ok(_) | Err(NotField::Group(_)) => {}
+            Err(NotField::Malformed) => return None,
         }
     }
     Some((error, response))
@@ -496,5 +483,24 @@ mod tests {
             string_field(Bytes::from_static(&[0x1a, 2, 0xff, 0xfe]), 3),
             None
         );
+    }
+    /// prost's decode (the client's, the model server's) steps over a group of a field it does
+    /// not know, and so must the sidecar: the walker it reads with refuses groups.
+    #[test]
+    fn groups_are_stepped_over_as_prost_steps_over_them() {
+        // A group 30 (keys 0xf3 0x01 and 0xf4 0x01) around a nested group 1 and a varint.
+        let group = [0xf3, 0x01, 0x0b, 0x12, 1, 0x0c, 0x0c, 0x08, 1, 0xf4, 0x01];
+        let response = [&[0x1a, 3, b'r', b'-', b'1'][..], &group].concat();
+        assert_eq!(
+            string_field(Bytes::from([&group[..], &response].concat()), 3).as_deref(),
+            Some("r-1")
+        );
+        let message = [&group[..], &[0x12, response.len() as u8], &response, &group].concat();
+        let (error, inner) = stream_response(Bytes::from(message)).unwrap();
+        assert!(!error);
+        assert_eq!(inner.as_deref(), Some(&response[..]));
+        // An end-group key without its start is refused, as prost refuses it.
+        assert_eq!(stream_response(Bytes::from_static(&[0x0c])), None);
+        assert_eq!(string_field(Bytes::from_static(&[0x1c]), 3), None);
     }
 }

@@ -19,14 +19,15 @@
 mod tests;
 mod wire;
 
-use bytes::Buf;
 use featurelog_schemas::featurelog::v1::DataType;
-use prost::encoding::{DecodeContext, WireType, decode_key, encode_varint};
+use featurelog_schemas::wire::{WireType, feature_log, infer_input_tensor, timestamp};
+use prost::encoding::encode_varint;
 
 use std::sync::Arc;
 
 use crate::allowlist::{AllowList, ModelRule};
 use crate::extract::CallContext;
+use crate::extract::fields::{NotField, fields};
 use crate::extract::lazy::Scanned;
 
 use wire::{
@@ -207,7 +208,7 @@ pub fn encode_planned(
         + scanned.model_version.len()
         + ctx.instance.len()
         + ctx.allow_list_version.len()
-        + bytes_field_len(12, ids_len)
+        + bytes_field_len(feature_log::CANDIDATE_INT_IDS, ids_len)
         + columns
             .iter()
             .map(|c| 1 + varint_len(c.len as u64) + c.len)
@@ -215,35 +216,47 @@ pub fn encode_planned(
 
     buf.clear();
     buf.reserve(capacity);
-    bytes_field(buf, 1, ctx.request_id.as_bytes());
-    bytes_field(buf, 2, scanned.model_name.as_bytes());
-    bytes_field(buf, 3, scanned.model_version.as_bytes());
+    bytes_field(buf, feature_log::REQUEST_ID, ctx.request_id.as_bytes());
+    bytes_field(buf, feature_log::MODEL_NAME, scanned.model_name.as_bytes());
+    bytes_field(
+        buf,
+        feature_log::MODEL_VERSION,
+        scanned.model_version.as_bytes(),
+    );
     if let (Some((seconds, nanos)), Some(len)) = (served_at, timestamp_len) {
-        key(buf, 4, WireType::LengthDelimited);
+        key(buf, feature_log::SERVED_AT, WireType::LengthDelimited);
         encode_varint(len as u64, buf);
         if seconds != 0 {
-            key(buf, 1, WireType::Varint);
+            key(buf, timestamp::SECONDS, WireType::Varint);
             encode_varint(seconds as u64, buf);
         }
         if nanos != 0 {
-            key(buf, 2, WireType::Varint);
+            key(buf, timestamp::NANOS, WireType::Varint);
             encode_varint(nanos as i64 as u64, buf);
         }
     }
-    bytes_field(buf, 5, ctx.instance.as_bytes());
-    bytes_field(buf, 6, ctx.allow_list_version.as_bytes());
+    bytes_field(buf, feature_log::SIDECAR_INSTANCE, ctx.instance.as_bytes());
+    bytes_field(
+        buf,
+        feature_log::ALLOW_LIST_VERSION,
+        ctx.allow_list_version.as_bytes(),
+    );
     if row_count != 0 {
-        key(buf, 7, WireType::Varint);
+        key(buf, feature_log::ROW_COUNT, WireType::Varint);
         encode_varint(u64::from(row_count), buf);
     }
     for c in &columns {
-        key(buf, 9, WireType::LengthDelimited);
+        key(buf, feature_log::FEATURES, WireType::LengthDelimited);
         encode_varint(c.len as u64, buf);
         c.encode(buf);
     }
     // Field 12 after 9 (10 and 11 are never set here), in field order as prost writes it.
     if ids_len > 0 {
-        key(buf, 12, WireType::LengthDelimited);
+        key(
+            buf,
+            feature_log::CANDIDATE_INT_IDS,
+            WireType::LengthDelimited,
+        );
         encode_varint(ids_len as u64, buf);
         for id in signed(ids, id_size) {
             encode_varint(zigzag(id), buf);
@@ -278,23 +291,15 @@ const PLAN_CACHE_ENTRIES: usize = 4;
 /// copied on every miss and kept per publisher thread, and is planned afresh instead.
 const PLAN_KEY_MAX_BYTES: usize = 64 * 1024;
 
-/// Whether any input carries typed `contents` (`InferInputTensor` field 5), or cannot be read:
-/// such a run holds the tensors' values, which differ from call to call, so it is no key.
+/// Whether any input carries typed `contents` (`InferInputTensor::contents`), or cannot be
+/// read: such a run holds the tensors' values, which differ from call to call, so it is no key.
 fn carries_contents(scanned: &Scanned) -> bool {
     (0..scanned.input_count()).any(|i| {
-        let mut buf = scanned.input(i);
-        while buf.has_remaining() {
-            let Ok((tag, wire_type)) = decode_key(&mut buf) else {
-                return true;
-            };
-            if tag == 5
-                || prost::encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default())
-                    .is_err()
-            {
-                return true;
-            }
-        }
-        false
+        fields(scanned.input(i)).any(|f| match f {
+            Ok(f) => f.number == infer_input_tensor::CONTENTS,
+            Err(NotField::Group(number)) => number == infer_input_tensor::CONTENTS,
+            Err(NotField::Malformed) => true,
+        })
     })
 }
 

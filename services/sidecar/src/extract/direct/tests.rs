@@ -8,6 +8,7 @@ use featurelog_schemas::featurelog::v1::FeatureLog;
 use featurelog_schemas::inference::ModelInferRequest;
 use featurelog_schemas::inference::model_infer_request::InferInputTensor;
 use featurelog_schemas::tensor::TensorValues;
+use featurelog_schemas::wire::model_infer_request;
 use prost::Message;
 
 use super::*;
@@ -93,7 +94,7 @@ fn with_split_shapes(request: &ModelInferRequest, split: &[(&str, &[Run<'_>])]) 
     let mut out = Vec::new();
     for input in &request.inputs {
         let Some((_, runs)) = split.iter().find(|(n, _)| *n == input.name) else {
-            prost::encoding::message::encode(5, input, &mut out);
+            prost::encoding::message::encode(model_infer_request::INPUTS, input, &mut out);
             continue;
         };
         let mut header = input.clone();
@@ -104,13 +105,19 @@ fn with_split_shapes(request: &ModelInferRequest, split: &[(&str, &[Run<'_>])]) 
             match run {
                 // By hand: prost writes nothing for an empty run, an encoder may.
                 Run::Packed(dims) => {
-                    prost::encoding::encode_key(3, WireType::LengthDelimited, &mut tensor);
+                    prost::encoding::encode_key(
+                        infer_input_tensor::SHAPE,
+                        WireType::LengthDelimited.into(),
+                        &mut tensor,
+                    );
                     let len: usize = dims.iter().map(|&d| varint_len(d as u64)).sum();
                     encode_varint(len as u64, &mut tensor);
                     dims.iter()
                         .for_each(|&d| encode_varint(d as u64, &mut tensor));
                 }
-                Run::Element(d) => prost::encoding::int64::encode(3, d, &mut tensor),
+                Run::Element(d) => {
+                    prost::encoding::int64::encode(infer_input_tensor::SHAPE, d, &mut tensor)
+                }
             }
         }
         prost::encoding::bytes::encode(5, &tensor, &mut out);

@@ -2,9 +2,12 @@
 //! request, and the record's fields (keys, lengths, packed values) written straight into the
 //! output buffer.
 
-use bytes::{Buf, BufMut};
+use bytes::BufMut;
 use featurelog_schemas::featurelog::v1::DataType;
-use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, encode_varint};
+use featurelog_schemas::wire::{self, WireType, feature, infer_input_tensor, values};
+use prost::encoding::encode_varint;
+
+use crate::extract::fields::{NotField, fields};
 
 /// An input tensor's header, borrowed from the request.
 pub(super) struct Head<'a> {
@@ -15,34 +18,39 @@ pub(super) struct Head<'a> {
 
 /// Reads name, datatype and shape of an encoded `InferInputTensor`; `None` if it carries typed
 /// contents or anything unexpected.
-pub(super) fn head(mut buf: &[u8]) -> Option<Head<'_>> {
-    let whole = buf;
+pub(super) fn head(buf: &[u8]) -> Option<Head<'_>> {
     let mut parameters = false;
     let mut head = Head {
         name: &[],
         datatype: &[],
         shape: Vec::new(),
     };
-    while buf.has_remaining() {
-        let (tag, wire_type) = decode_key(&mut buf).ok()?;
-        match (tag, wire_type) {
-            (1, WireType::LengthDelimited) => head.name = slice(&mut buf)?,
-            (2, WireType::LengthDelimited) => head.datatype = slice(&mut buf)?,
+    for f in fields(buf) {
+        let f = match f {
+            Ok(f) => f,
+            // Parameters as a group are stepped over, as prost steps over them (and then
+            // refused below, as the general path refuses them).
+            Err(NotField::Group(infer_input_tensor::PARAMETERS)) => {
+                parameters = true;
+                continue;
+            }
+            Err(_) => return None,
+        };
+        match (f.number, f.wire) {
+            (infer_input_tensor::NAME, WireType::LengthDelimited) => head.name = f.bytes(buf),
+            (infer_input_tensor::DATATYPE, WireType::LengthDelimited) => {
+                head.datatype = f.bytes(buf);
+            }
             // A repeated field may come in several runs, packed or not, in any mix: they
             // concatenate, as in prost's decode (and the model server's).
-            (3, WireType::LengthDelimited) => {
-                let mut packed = slice(&mut buf)?;
-                while packed.has_remaining() {
-                    head.shape.push(decode_varint(&mut packed).ok()? as i64);
+            (infer_input_tensor::SHAPE, WireType::LengthDelimited) => {
+                for dim in wire::packed_varints(f.bytes(buf)) {
+                    head.shape.push(dim.ok()? as i64);
                 }
             }
-            (3, WireType::Varint) => head.shape.push(decode_varint(&mut buf).ok()? as i64),
+            (infer_input_tensor::SHAPE, WireType::Varint) => head.shape.push(f.value as i64),
             // Parameters of a tensor are not logged.
-            (4, _) => {
-                prost::encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default())
-                    .ok()?;
-                parameters = true;
-            }
+            (infer_input_tensor::PARAMETERS, _) => parameters = true,
             _ => return None,
         }
     }
@@ -51,33 +59,26 @@ pub(super) fn head(mut buf: &[u8]) -> Option<Head<'_>> {
     // only (the plan is kept for these very header bytes), for the tensors a rule logs.
     if parameters {
         use featurelog_schemas::inference::model_infer_request::InferInputTensor;
-        <InferInputTensor as prost::Message>::decode(whole).ok()?;
+        <InferInputTensor as prost::Message>::decode(buf).ok()?;
     }
     Some(head)
 }
 
 /// The `name` of an encoded tensor (the last occurrence, as a full decode keeps).
-pub(super) fn name(mut buf: &[u8]) -> Option<&[u8]> {
+pub(super) fn name(buf: &[u8]) -> Option<&[u8]> {
     let mut name: &[u8] = &[];
-    while buf.has_remaining() {
-        let (tag, wire_type) = decode_key(&mut buf).ok()?;
-        if (tag, wire_type) == (1, WireType::LengthDelimited) {
-            name = slice(&mut buf)?;
-        } else {
-            prost::encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default()).ok()?;
+    for f in fields(buf) {
+        match f {
+            Ok(f)
+                if (f.number, f.wire) == (infer_input_tensor::NAME, WireType::LengthDelimited) =>
+            {
+                name = f.bytes(buf);
+            }
+            Ok(_) | Err(NotField::Group(_)) => {}
+            Err(NotField::Malformed) => return None,
         }
     }
     Some(name)
-}
-
-fn slice<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
-    if len > buf.len() {
-        return None;
-    }
-    let (field, rest) = buf.split_at(len);
-    *buf = rest;
-    Some(field)
 }
 
 /// How a datatype's raw little-endian elements become the record's values.
@@ -91,10 +92,34 @@ pub(super) enum Kind {
 
 pub(super) fn kind(datatype: &[u8]) -> Option<(DataType, Kind)> {
     Some(match datatype {
-        b"FP32" => (DataType::Fp32, Kind::Fixed { field: 6, size: 4 }),
-        b"FP64" => (DataType::Fp64, Kind::Fixed { field: 7, size: 8 }),
-        b"INT32" => (DataType::Int32, Kind::Signed { field: 2, size: 4 }),
-        b"INT64" => (DataType::Int64, Kind::Signed { field: 3, size: 8 }),
+        b"FP32" => (
+            DataType::Fp32,
+            Kind::Fixed {
+                field: values::FP32_VALUES,
+                size: 4,
+            },
+        ),
+        b"FP64" => (
+            DataType::Fp64,
+            Kind::Fixed {
+                field: values::FP64_VALUES,
+                size: 8,
+            },
+        ),
+        b"INT32" => (
+            DataType::Int32,
+            Kind::Signed {
+                field: values::INT32_VALUES,
+                size: 4,
+            },
+        ),
+        b"INT64" => (
+            DataType::Int64,
+            Kind::Signed {
+                field: values::INT64_VALUES,
+                size: 8,
+            },
+        ),
         _ => return None,
     })
 }
@@ -120,7 +145,7 @@ pub(super) fn varint_len(v: u64) -> usize {
 }
 
 pub(super) fn key(buf: &mut Vec<u8>, field: u32, wire_type: WireType) {
-    prost::encoding::encode_key(field, wire_type, buf);
+    prost::encoding::encode_key(field, wire_type.into(), buf);
 }
 
 pub(super) fn bytes_field(buf: &mut Vec<u8>, field: u32, value: &[u8]) {
@@ -173,10 +198,10 @@ impl<'a> Column<'a> {
         };
         let values = bytes_field_len(field, packed);
         let shape = row_shape.iter().map(|&d| varint_len(d as u64)).sum();
-        let len = bytes_field_len(1, name.len())
+        let len = bytes_field_len(feature::NAME, name.len())
             + 1
             + varint_len(datatype as u64)
-            + bytes_field_len(3, shape)
+            + bytes_field_len(feature::ROW_SHAPE, shape)
             // `values` is always present, even when empty.
             + 1
             + varint_len(values as u64)
@@ -197,18 +222,18 @@ impl<'a> Column<'a> {
     }
 
     pub(super) fn encode(&self, buf: &mut Vec<u8>) {
-        bytes_field(buf, 1, self.name);
-        key(buf, 2, WireType::Varint);
+        bytes_field(buf, feature::NAME, self.name);
+        key(buf, feature::DATATYPE, WireType::Varint);
         encode_varint(self.datatype as u64, buf);
         if self.shape > 0 {
-            key(buf, 3, WireType::LengthDelimited);
+            key(buf, feature::ROW_SHAPE, WireType::LengthDelimited);
             encode_varint(self.shape as u64, buf);
             for &d in self.row_shape {
                 encode_varint(d as u64, buf);
             }
         }
         let packed = self.packed;
-        key(buf, 4, WireType::LengthDelimited);
+        key(buf, feature::VALUES, WireType::LengthDelimited);
         encode_varint(self.values as u64, buf);
         if packed > 0 {
             match self.kind {
@@ -227,7 +252,7 @@ impl<'a> Column<'a> {
             }
         }
         if self.per_request {
-            key(buf, 5, WireType::Varint);
+            key(buf, feature::PER_REQUEST, WireType::Varint);
             buf.put_u8(1);
         }
     }
