@@ -429,8 +429,7 @@ fn every_reader_s_readme_call_reads_a_grown_schema_exactly_once() {
         .unwrap();
     let staged_file = dir.path().join(format!(
         "{}/{}.staged",
-        uncommitted.staging.as_deref().unwrap(),
-        uncommitted.files[0]
+        &uncommitted.staging, uncommitted.files[0]
     ));
     assert!(staged_file.exists(), "{staged_file:?}");
     assert!(

@@ -201,7 +201,7 @@ fn a_checkpoint_of_the_other_events_partitioning_is_refused() {
         watermark_us: 0,
         files: Vec::new(),
         state: None,
-        staging: None,
+        staging: String::new(),
     };
     let direct = checkpoint(events_key(EventsPartitioning::ByRequestId));
     assert!(same_partitioning(&direct, EventsPartitioning::ByRequestId).is_ok());

@@ -43,11 +43,8 @@ pub struct Checkpoint {
     pub state: Option<String>,
     /// Where the files were staged: a prefix unique to the writer, so two owners of a task
     /// never overwrite each other's staged files. From
-    /// [`Staged::staging`](super::Staged::staging). `None` in checkpoints written before local
-    /// staging was per writer: their files were staged as `.<name>.pending` beside their
-    /// visible names.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staging: Option<String>,
+    /// [`Staged::staging`](super::Staged::staging).
+    pub staging: String,
 }
 
 impl Dataset {
@@ -150,8 +147,8 @@ impl Dataset {
     /// checkpoint names this writer's staging prefix, which no other writer ever uses, so a
     /// checkpoint with those very bytes can only be this commit. False when it cannot be read.
     pub fn is_own_commit(&self, checkpoint: &Checkpoint) -> bool {
-        let own_staging = checkpoint.staging.is_some()
-            && checkpoint.staging == self.storage.staging(&checkpoint.task, checkpoint.epoch);
+        let own_staging =
+            checkpoint.staging == self.storage.staging(&checkpoint.task, checkpoint.epoch);
         let relative = self.checkpoint_name(&checkpoint.task, checkpoint.epoch);
         own_staging
             && serde_json::to_vec_pretty(checkpoint)
@@ -165,7 +162,7 @@ impl Dataset {
             if self.storage.exists(visible)? {
                 continue;
             }
-            let staged = staged_name(checkpoint.staging.as_deref(), visible);
+            let staged = staged_name(&checkpoint.staging, visible);
             // Gone from staging yet not visible: unless a concurrent roll forward of the same
             // checkpoint just published it, the commit's files were lost.
             if !self.storage.publish(&staged, visible)? && !self.storage.exists(visible)? {
@@ -177,12 +174,10 @@ impl Dataset {
                 });
             }
         }
-        if let Some(staging) = &checkpoint.staging {
-            // Only empty directories are left locally: failing to delete them is no reason to
-            // fail a commit, and the next recovery deletes them (their epoch is committed).
-            if let Err(err) = self.storage.clean(staging) {
-                tracing::warn!(%err, "staging left after the roll forward not deleted");
-            }
+        // Only empty directories are left locally: failing to delete them is no reason to
+        // fail a commit, and the next recovery deletes them (their epoch is committed).
+        if let Err(err) = self.storage.clean(&checkpoint.staging) {
+            tracing::warn!(%err, "staging left after the roll forward not deleted");
         }
         Ok(())
     }

@@ -91,7 +91,7 @@ pub(super) fn checkpoint(task: &str, epoch: u64, files: Vec<String>) -> Checkpoi
         watermark_us: 5,
         files,
         state: None,
-        staging: None,
+        staging: format!("_featurelog/staging/{task}/{epoch:020}-test"),
     }
 }
 
@@ -179,7 +179,7 @@ impl Storage for Watched {
     fn describe(&self, relative: &str) -> PathBuf {
         self.inner.describe(relative)
     }
-    fn staging(&self, task: &str, epoch: u64) -> Option<String> {
+    fn staging(&self, task: &str, epoch: u64) -> String {
         self.inner.staging(task, epoch)
     }
     fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {

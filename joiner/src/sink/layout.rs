@@ -40,13 +40,6 @@ pub(super) fn state_dir(task: &str) -> String {
     format!("{}/{}", paths::STATE, safe(task))
 }
 
-pub(super) fn pending_name(visible: &str) -> String {
-    match visible.rsplit_once('/') {
-        Some((dir, file)) => format!("{dir}/.{file}.pending"),
-        None => format!(".{visible}.pending"),
-    }
-}
-
 /// The partition directory of a model's rows (`partition-by-model`): `model=<name>` with every
 /// byte but ASCII letters, digits, `.`, `_` and `-` written `%XX`, which Spark, Hive, pyarrow
 /// and Polars decode back into the name, so that one directory is one model on every store and
@@ -104,9 +97,6 @@ pub(crate) fn safe(task: &str) -> String {
 /// Where a file to be visible as `visible` is staged: under the writer's staging prefix, with
 /// a suffix of its own, so that a `**/*.parquet` glob over the dataset (as DuckDB and Polars
 /// users write) never reads a file that is not committed.
-pub(super) fn staged_name(staging: Option<&str>, visible: &str) -> String {
-    match staging {
-        Some(prefix) => format!("{prefix}/{visible}.staged"),
-        None => pending_name(visible),
-    }
+pub(super) fn staged_name(staging: &str, visible: &str) -> String {
+    format!("{staging}/{visible}.staged")
 }

@@ -67,8 +67,8 @@ impl Storage for Local {
         tail_local(self, relative, len)
     }
 
-    fn staging(&self, task: &str, epoch: u64) -> Option<String> {
-        Some(staging_prefix(task, epoch, &self.writer))
+    fn staging(&self, task: &str, epoch: u64) -> String {
+        staging_prefix(task, epoch, &self.writer)
     }
 
     fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {

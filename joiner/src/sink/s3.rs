@@ -154,8 +154,8 @@ impl Storage for Remote {
         tail_remote(self, relative, len)
     }
 
-    fn staging(&self, task: &str, epoch: u64) -> Option<String> {
-        Some(staging_prefix(task, epoch, &self.writer))
+    fn staging(&self, task: &str, epoch: u64) -> String {
+        staging_prefix(task, epoch, &self.writer)
     }
 
     fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError> {
@@ -467,8 +467,8 @@ mod tests {
         expected.sort();
         assert_eq!(visible(&keys(&store)), expected, "exactly epoch 1's files");
         let all = keys(&store);
-        let under = |prefix: &Option<String>| {
-            let p = format!("ds/{}/", prefix.as_deref().unwrap());
+        let under = |prefix: &str| {
+            let p = format!("ds/{prefix}/");
             all.iter().filter(|k| k.starts_with(&p)).count()
         };
         assert_eq!(

@@ -26,7 +26,7 @@ pub struct Staged {
     /// Rows that went to the late area.
     pub late_rows: usize,
     /// Where they were staged, for [`Checkpoint::staging`].
-    pub staging: Option<String>,
+    pub staging: String,
 }
 
 impl Dataset {
@@ -113,8 +113,7 @@ impl Dataset {
                 let visible = format!("{dir}/part-{}-{epoch:010}-{n:04}.parquet", safe(task));
                 n += 1;
                 let bytes = self.encode(&visible, chunk)?;
-                self.storage
-                    .put(&staged_name(staging.as_deref(), &visible), bytes)?;
+                self.storage.put(&staged_name(&staging, &visible), bytes)?;
                 staged.files.push(visible);
             }
         }

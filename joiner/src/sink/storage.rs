@@ -15,7 +15,7 @@ pub(super) trait Storage: std::fmt::Debug + Send + Sync {
     /// The full name of `relative`, for messages.
     fn describe(&self, relative: &str) -> PathBuf;
     /// Where a task's files of `epoch` are staged by this writer.
-    fn staging(&self, task: &str, epoch: u64) -> Option<String>;
+    fn staging(&self, task: &str, epoch: u64) -> String;
     /// Writes `bytes` durably; the name shows complete content or nothing.
     fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<(), SinkError>;
     /// Creates `relative` durably unless it exists; false when it does.

@@ -28,11 +28,11 @@ fn recovery_rolls_committed_files_forward_and_drops_uncommitted_ones() {
     assert_eq!(cp.epoch, 1);
     assert_eq!(cp.offsets["features"], 10);
     assert_eq!(visible_files(dir.path()), files1);
-    let staged = |s: &Staged| dir.path().join(s.staging.as_deref().unwrap());
+    let staged = |s: &Staged| dir.path().join(&s.staging);
     assert!(!staged(&lost).exists(), "a lost epoch's staging is deleted");
     assert!(
         dir.path()
-            .join(staged_name(other.staging.as_deref(), &other.files[0]))
+            .join(staged_name(&other.staging, &other.files[0]))
             .exists()
     );
     // Recovering again changes nothing.
@@ -104,11 +104,7 @@ fn stage_epoch(
     let bytes = staged
         .files
         .iter()
-        .map(|f| {
-            ds.storage
-                .get(&staged_name(staged.staging.as_deref(), f))
-                .unwrap()
-        })
+        .map(|f| ds.storage.get(&staged_name(&staged.staging, f)).unwrap())
         .collect();
     let cp = Checkpoint {
         state: Some(name),
@@ -160,7 +156,7 @@ fn two_writers_of_one_epoch(a: &Dataset, b: &Dataset, observer: &Dataset) {
     assert!(
         !observer
             .storage
-            .exists(&staged_name(lost.staging.as_deref(), &lost.files[0]))
+            .exists(&staged_name(&lost.staging, &lost.files[0]))
             .unwrap(),
         "the loser's staging of a committed epoch is deleted"
     );
@@ -229,9 +225,7 @@ fn recovery_beside_a_writer_about_to_commit(a: &Dataset, b: &Dataset) {
     assert_eq!(a.recover(task).unwrap(), Some(cp1));
     for file in &cp2.files {
         assert!(
-            a.storage
-                .exists(&staged_name(cp2.staging.as_deref(), file))
-                .unwrap(),
+            a.storage.exists(&staged_name(&cp2.staging, file)).unwrap(),
             "{file} is still staged"
         );
     }
@@ -318,4 +312,20 @@ fn a_commit_whose_answer_was_lost_is_recognised_as_this_writer_s_and_another_own
     // A checkpoint that names no staging of this writer is never taken for its own.
     let legacy = checkpoint(task, 2, vec![]);
     assert!(!a.is_own_commit(&legacy));
+}
+
+#[test]
+fn a_checkpoint_that_names_no_staging_is_refused_naming_the_file_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let staged = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
+    let cp = committed("t-0", 1, &staged);
+    ds.commit(&cp).unwrap();
+    let name = ds.checkpoint_name("t-0", 1);
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(&name)).unwrap()).unwrap();
+    json.as_object_mut().unwrap().remove("staging");
+    std::fs::write(dir.path().join(&name), json.to_string()).unwrap();
+    let e = ds.recover("t-0").unwrap_err().to_string();
+    assert!(e.contains(&name) && e.contains("`staging`"), "{e}");
 }

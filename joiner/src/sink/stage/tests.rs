@@ -26,7 +26,7 @@ fn committed_rows_become_visible_parquet_by_hour() {
     ds.roll_forward(&cp).unwrap();
     assert_eq!(visible_files(dir.path()), files);
     assert!(
-        !dir.path().join(staged.staging.as_deref().unwrap()).exists(),
+        !dir.path().join(staged.staging).exists(),
         "nothing is left of the staging"
     );
     assert!(files[0].starts_with("dt=1970-01-01/hr=18/"));
