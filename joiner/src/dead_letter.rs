@@ -14,6 +14,54 @@ use crate::config::JoinerConfig;
 use crate::metrics::{JoinMetrics, Label};
 use crate::state::JoinState;
 
+/// Declares [`Reason`] and the list of its values together, so that no reason can be left
+/// out of [`Reason::ALL`] (which the documentation's tests read).
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// Why a record went to the dead-letter topic: its `featurelog-error` header and the
+        /// `name` of `featurelog_join_dead_letters_total`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Reason {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Reason {
+            /// Every reason.
+            pub const ALL: &[Reason] = &[$(Reason::$variant,)*];
+
+            /// The reason's name, as headers and metrics carry it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// An event that is not a protobuf `Impression`.
+    BadProtobuf => "bad_protobuf",
+    /// An event that is not the JSON the config describes.
+    BadJson => "bad_json",
+    /// An event field of the wrong type or value.
+    BadField => "bad_field",
+    /// An event whose type maps to no impression, click or conversion.
+    UnknownEventType => "unknown_event_type",
+    /// An event time outside the range the joiner accepts.
+    EventTimeOutOfRange => "event_time_out_of_range",
+    /// An event dated more than `join.max-event-time-ahead` ahead of the watermark.
+    EventTimeInFuture => "event_time_in_future",
+    /// A record on the feature-log topic that is no FeatureLog.
+    BadFeatureLog => "bad_feature_log",
+    /// A co-partitioned event on a partition its request id does not hash to.
+    NotCoPartitioned => "not_co_partitioned",
+    /// A record of the repartition topic that is no batch of routed events.
+    BadRoutedEvents => "bad_routed_events",
+    /// A record of the repartition topic that is no router progress report.
+    BadRouterProgress => "bad_router_progress",
+}
+
 /// Why an event of `time_us` is not held by `state`: dated further than
 /// `join.max-event-time-ahead` ahead of its watermark (a wrong clock or unit on the app's side
 /// would keep it in the state until the watermark reached it, years later). `None` when it may
@@ -42,7 +90,7 @@ pub(crate) fn dead_letter(
     producer: &BaseProducer,
     topic: &str,
     message: &rdkafka::message::BorrowedMessage<'_>,
-    reason: &'static str,
+    reason: Reason,
     detail: &str,
     metrics: &JoinMetrics,
 ) {
@@ -71,7 +119,7 @@ pub(crate) fn dead_letter_bytes(
     topic: &str,
     (key, payload): (Option<&[u8]>, &[u8]),
     source: &str,
-    reason: &'static str,
+    reason: Reason,
     detail: &str,
     metrics: &JoinMetrics,
 ) {
@@ -82,12 +130,14 @@ pub(crate) fn dead_letter_bytes(
     let detail = &detail[..end];
     metrics
         .dead_letters
-        .get_or_create(&Label { name: reason })
+        .get_or_create(&Label {
+            name: reason.as_str(),
+        })
         .inc();
     let headers = OwnedHeaders::new()
         .insert(Header {
             key: "featurelog-error",
-            value: Some(reason),
+            value: Some(reason.as_str()),
         })
         .insert(Header {
             key: "featurelog-source",
@@ -113,7 +163,7 @@ pub(crate) fn dead_letter_bytes(
     loop {
         match producer.send(record) {
             Ok(()) => {
-                tracing::warn!(%source, reason, detail, "record dead-lettered");
+                tracing::warn!(%source, reason = reason.as_str(), detail, "record dead-lettered");
                 break;
             }
             Err((
@@ -124,7 +174,7 @@ pub(crate) fn dead_letter_bytes(
                 record = r;
             }
             Err((err, _)) => {
-                tracing::error!(%err, %source, reason, "could not dead-letter a record");
+                tracing::error!(%err, %source, reason = reason.as_str(), "could not dead-letter a record");
                 break;
             }
         }

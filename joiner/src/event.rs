@@ -7,6 +7,7 @@
 //! holds the configured names of JSON events' fields, and `pick.rs` takes those fields out of
 //! a JSON payload.
 
+use crate::dead_letter::Reason;
 use std::collections::BTreeMap;
 
 use featurelog_schemas::featurelog::v1::{EventType, Impression};
@@ -91,13 +92,13 @@ pub enum EventError {
 
 impl EventError {
     /// A short, stable reason for metric labels and dead-letter headers.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            EventError::Protobuf(_) => "bad_protobuf",
-            EventError::Json(_) => "bad_json",
-            EventError::Field { .. } => "bad_field",
-            EventError::EventType(_) => "unknown_event_type",
-            EventError::TimeOutOfRange { .. } => "event_time_out_of_range",
+            EventError::Protobuf(_) => Reason::BadProtobuf,
+            EventError::Json(_) => Reason::BadJson,
+            EventError::Field { .. } => Reason::BadField,
+            EventError::EventType(_) => Reason::UnknownEventType,
+            EventError::TimeOutOfRange { .. } => Reason::EventTimeOutOfRange,
         }
     }
 }

@@ -13,7 +13,7 @@
 pub mod align;
 mod buffer;
 pub mod config;
-mod dead_letter;
+pub mod dead_letter;
 pub mod event;
 pub mod log;
 pub mod metrics;

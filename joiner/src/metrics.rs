@@ -173,49 +173,7 @@ impl JoinMetrics {
     /// Adds what `now` counted beyond `reported` (both from one task's state) to the outcome
     /// counters, and returns `now` as the new `reported`.
     pub fn report(&self, reported: &Counts, now: &Counts) -> Counts {
-        let pairs = [
-            ("joined", reported.joined, now.joined),
-            (
-                "scored_not_impressed",
-                reported.scored_not_impressed,
-                now.scored_not_impressed,
-            ),
-            ("negatives", reported.negatives, now.negatives),
-            (
-                "impression_without_features",
-                reported.impression_without_features,
-                now.impression_without_features,
-            ),
-            ("unknown_item", reported.unknown_item, now.unknown_item),
-            (
-                "labels_without_impression",
-                reported.labels_without_impression,
-                now.labels_without_impression,
-            ),
-            ("late", reported.late, now.late),
-            (
-                "labels_outside_window",
-                reported.labels_outside_window,
-                now.labels_outside_window,
-            ),
-            ("evicted", reported.evicted, now.evicted),
-            (
-                "duplicate_features",
-                reported.duplicate_features,
-                now.duplicate_features,
-            ),
-            (
-                "duplicate_events",
-                reported.duplicate_events,
-                now.duplicate_events,
-            ),
-            (
-                "lost_on_restore",
-                reported.lost_on_restore,
-                now.lost_on_restore,
-            ),
-        ];
-        for (name, before, after) in pairs {
+        for ((name, before), (_, after)) in reported.named().into_iter().zip(now.named()) {
             if after > before {
                 self.outcomes
                     .get_or_create(&Label { name })

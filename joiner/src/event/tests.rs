@@ -70,7 +70,7 @@ fn json_fields_are_read_as_a_full_parse_would_read_them() {
                 &f
             )
             .unwrap_err()
-            .reason(),
+            .reason().as_str(),
             "bad_json"
         );
     let err = from_json(
@@ -108,14 +108,14 @@ fn bad_events_say_why() {
         ),
     ] {
         assert_eq!(
-            from_json(payload, &f).unwrap_err().reason(),
+            from_json(payload, &f).unwrap_err().reason().as_str(),
             reason,
             "{:?}",
             String::from_utf8_lossy(payload)
         );
     }
     assert_eq!(
-        from_protobuf(&[0xff, 0xff]).unwrap_err().reason(),
+        from_protobuf(&[0xff, 0xff]).unwrap_err().reason().as_str(),
         "bad_protobuf"
     );
 }
@@ -209,7 +209,7 @@ fn malformed_rfc3339_times_are_bad_fields_not_panics() {
             r#"{{"request_id":"r","item_id":"i","event_time":"{time}","event_type":"click"}}"#
         );
         let err = from_json(payload.as_bytes(), &f).unwrap_err();
-        assert_eq!(err.reason(), "bad_field", "{time:?}: {err}");
+        assert_eq!(err.reason().as_str(), "bad_field", "{time:?}: {err}");
     }
 }
 
@@ -247,7 +247,11 @@ fn event_times_outside_the_window_are_refused_and_say_so() {
         r#""0000-01-01T00:00:00Z""#,
     ] {
         let err = json(time).unwrap_err();
-        assert_eq!(err.reason(), "event_time_out_of_range", "{time}: {err}");
+        assert_eq!(
+            err.reason().as_str(),
+            "event_time_out_of_range",
+            "{time}: {err}"
+        );
         assert!(err.to_string().contains(EVENT_TIME_WINDOW), "{err}");
     }
     // The edges of the window.
@@ -286,14 +290,14 @@ fn event_times_outside_the_window_are_refused_and_say_so() {
     ] {
         let err = impression(seconds, nanos).unwrap_err();
         assert_eq!(
-            err.reason(),
+            err.reason().as_str(),
             "event_time_out_of_range",
             "{seconds} {nanos}: {err}"
         );
     }
     for nanos in [-1, i32::MIN, 1_000_000_000, i32::MAX] {
         let err = impression(1_764_439_200, nanos).unwrap_err();
-        assert_eq!(err.reason(), "bad_field", "{nanos}: {err}");
+        assert_eq!(err.reason().as_str(), "bad_field", "{nanos}: {err}");
         assert!(err.to_string().contains("nanos"), "{err}");
     }
     assert_eq!(
@@ -360,7 +364,7 @@ fn fractional_times_are_read_from_their_digits_to_the_microsecond() {
 fn an_rfc3339_day_the_calendar_lacks_is_a_bad_field() {
     let event = br#"{"request_id":"r","item_id":"i","event_time":"2026-02-31T00:00:00Z","event_type":"click"}"#;
     let err = from_json(event, &JsonFields::default()).unwrap_err();
-    assert_eq!(err.reason(), "bad_field", "{err}");
+    assert_eq!(err.reason().as_str(), "bad_field", "{err}");
     assert!(err.to_string().contains("2026-02-31"), "{err}");
 }
 
@@ -408,7 +412,7 @@ fn event_times_in_every_unit_read_the_same_instant() {
     );
     // Seconds where milliseconds are configured: refused, and the message says how to fix it.
     let err = at(TimeUnit::Milliseconds, "1764439200").unwrap_err();
-    assert_eq!(err.reason(), "event_time_out_of_range");
+    assert_eq!(err.reason().as_str(), "event_time_out_of_range");
     assert!(
         err.to_string().contains("1764439200 (milliseconds)"),
         "{err}"
@@ -416,7 +420,10 @@ fn event_times_in_every_unit_read_the_same_instant() {
     assert!(err.to_string().contains("event-time-unit"), "{err}");
     // Milliseconds where seconds are configured: the year ~57,000.
     assert_eq!(
-        at(TimeUnit::Seconds, "1764439200250").unwrap_err().reason(),
+        at(TimeUnit::Seconds, "1764439200250")
+            .unwrap_err()
+            .reason()
+            .as_str(),
         "event_time_out_of_range"
     );
     // Text that is neither a number nor RFC 3339, and numbers that are not times.
@@ -430,10 +437,13 @@ fn event_times_in_every_unit_read_the_same_instant() {
         r#"" 1764439200250""#,
     ] {
         let err = at(TimeUnit::Milliseconds, time).unwrap_err();
-        assert_eq!(err.reason(), "bad_field", "{time}: {err}");
+        assert_eq!(err.reason().as_str(), "bad_field", "{time}: {err}");
     }
     assert_eq!(
-        at(TimeUnit::Seconds, "1e300").unwrap_err().reason(),
+        at(TimeUnit::Seconds, "1e300")
+            .unwrap_err()
+            .reason()
+            .as_str(),
         "bad_field"
     );
     // Config spelling (the joiner's config tests read it from TOML and the environment).
@@ -534,12 +544,15 @@ fn schema_registry_framed_events_read_as_plain_ones() {
     }
     for cut in [&[0u8][..], &[0, 0, 0], &[0, 0, 0, 0, 42]] {
         assert_eq!(
-            from_protobuf(cut).unwrap_err().reason(),
+            from_protobuf(cut).unwrap_err().reason().as_str(),
             "bad_protobuf",
             "{cut:?}"
         );
         assert_eq!(
-            from_json(cut, &JsonFields::default()).unwrap_err().reason(),
+            from_json(cut, &JsonFields::default())
+                .unwrap_err()
+                .reason()
+                .as_str(),
             "bad_json",
             "{cut:?}"
         );
@@ -646,7 +659,7 @@ fn event_ids_are_read_when_configured_and_absent_ones_are_no_id() {
         assert_eq!(read(extra).unwrap().event_id, None, "{extra}");
     }
     let err = read(r#","meta":{"event_id":{"a":1}}"#).unwrap_err();
-    assert_eq!(err.reason(), "bad_field");
+    assert_eq!(err.reason().as_str(), "bad_field");
     assert!(err.to_string().contains("meta.event_id"), "{err}");
     // Not configured: never read, even when the event carries one.
     let e = from_json(

@@ -3,6 +3,7 @@
 //! of routed events, the router's progress), align the task's inputs, and commit the task
 //! when its rows fill a file.
 
+use crate::dead_letter::Reason;
 use rdkafka::Message;
 use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
@@ -109,7 +110,7 @@ fn features(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) -> Vec<
         Ok(log) => task.state.add_features(log),
         Err(reason) => {
             tracing::debug!(%reason, "bad feature log");
-            join.dead_letter(message, "bad_feature_log", &reason);
+            join.dead_letter(message, Reason::BadFeatureLog, &reason);
             task.state.advance()
         }
     }
@@ -128,7 +129,7 @@ fn direct_event(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) -> 
             match in_future(&task.state, e.time_us, config) {
                 // Its time is no progress of its partition either.
                 Some(detail) => {
-                    join.dead_letter(message, "event_time_in_future", &detail);
+                    join.dead_letter(message, Reason::EventTimeInFuture, &detail);
                     task.state.advance()
                 }
                 None => {
@@ -155,7 +156,7 @@ fn direct_event(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) -> 
                 );
             }
             task.misplaced += 1;
-            join.dead_letter(message, "not_co_partitioned", "");
+            join.dead_letter(message, Reason::NotCoPartitioned, "");
             task.state.advance()
         }
         Err(err) => {
@@ -170,7 +171,7 @@ fn routed_events(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) ->
     let config = &join.config;
     let payload = message.payload().unwrap_or_default();
     let Ok(batch) = <RoutedEvents as prost::Message>::decode(payload) else {
-        join.dead_letter(message, "bad_routed_events", "");
+        join.dead_letter(message, Reason::BadRoutedEvents, "");
         return task.state.advance();
     };
     let mut rows = Vec::new();
@@ -191,7 +192,7 @@ fn routed_events(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) ->
                 &config.input.dead_letter_topic,
                 (Some(e.request_id.as_bytes()), &payload),
                 &source,
-                "event_time_in_future",
+                Reason::EventTimeInFuture,
                 &detail,
                 &join.metrics,
             );
@@ -210,7 +211,7 @@ fn routed_events(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) ->
 fn router_progress(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) -> Vec<Row> {
     let payload = message.payload().unwrap_or_default();
     let Ok(progress) = <RouterProgress as prost::Message>::decode(payload) else {
-        join.dead_letter(message, "bad_router_progress", "");
+        join.dead_letter(message, Reason::BadRouterProgress, "");
         return task.state.advance();
     };
     let mut rows = Vec::new();
@@ -226,7 +227,7 @@ fn event(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) -> Vec<Row
     match event::from_protobuf(payload) {
         Ok(e) => match in_future(&task.state, e.time_us, &join.config) {
             Some(detail) => {
-                join.dead_letter(message, "event_time_in_future", &detail);
+                join.dead_letter(message, Reason::EventTimeInFuture, &detail);
                 task.state.advance()
             }
             None => task.state.add_event(e),

@@ -121,6 +121,41 @@ pub struct Counts {
     pub lost_on_restore: u64,
 }
 
+impl Counts {
+    /// Each count with its outcome's name, the `name` of `featurelog_join_outcomes_total`.
+    pub fn named(&self) -> [(&'static str, u64); 12] {
+        // Every field by name: a count added to the struct must be named here too.
+        let Counts {
+            joined,
+            scored_not_impressed,
+            negatives,
+            impression_without_features,
+            unknown_item,
+            labels_without_impression,
+            late,
+            evicted,
+            duplicate_features,
+            duplicate_events,
+            labels_outside_window,
+            lost_on_restore,
+        } = *self;
+        [
+            ("joined", joined),
+            ("scored_not_impressed", scored_not_impressed),
+            ("negatives", negatives),
+            ("impression_without_features", impression_without_features),
+            ("unknown_item", unknown_item),
+            ("labels_without_impression", labels_without_impression),
+            ("late", late),
+            ("labels_outside_window", labels_outside_window),
+            ("evicted", evicted),
+            ("duplicate_features", duplicate_features),
+            ("duplicate_events", duplicate_events),
+            ("lost_on_restore", lost_on_restore),
+        ]
+    }
+}
+
 /// How far a task's inputs have been read, in event time (see [`JoinState::input_times`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InputTimes {
