@@ -515,7 +515,7 @@ fn joiner_metrics_reference_covers_every_metric_and_reason() {
         .named()
         .map(|(name, _)| name.to_owned());
     check_documented(part, "outcomes", outcomes);
-    let reasons = featurelog_joiner::dead_letter::Reason::ALL
+    let reasons = featurelog_joiner::reason::Reason::ALL
         .iter()
         .map(|r| r.as_str().to_owned());
     check_documented(part, "dead-letter reasons", reasons);

@@ -7,7 +7,7 @@
 //! holds the configured names of JSON events' fields, and `pick.rs` takes those fields out of
 //! a JSON payload.
 
-use crate::dead_letter::Reason;
+use crate::reason::Reason;
 use std::collections::BTreeMap;
 
 use featurelog_schemas::featurelog::v1::{EventType, Impression};

@@ -13,12 +13,13 @@
 pub mod align;
 mod buffer;
 pub mod config;
-pub mod dead_letter;
+mod dead_letter;
 pub mod event;
 pub mod log;
 pub mod metrics;
 #[cfg(test)]
 mod proptests;
+pub mod reason;
 pub mod rows;
 pub mod run;
 pub mod sink;

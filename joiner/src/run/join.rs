@@ -224,7 +224,7 @@ impl Join {
     pub(super) fn dead_letter(
         &self,
         message: &BorrowedMessage<'_>,
-        reason: crate::dead_letter::Reason,
+        reason: crate::reason::Reason,
         detail: &str,
     ) {
         crate::dead_letter::dead_letter(

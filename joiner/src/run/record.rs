@@ -3,7 +3,7 @@
 //! of routed events, the router's progress), align the task's inputs, and commit the task
 //! when its rows fill a file.
 
-use crate::dead_letter::Reason;
+use crate::reason::Reason;
 use rdkafka::Message;
 use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
