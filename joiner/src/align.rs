@@ -188,7 +188,11 @@ pub fn apply<C: ConsumerContext>(
                 partition,
                 "paused: read ahead of the task's other input"
             ),
-            Ok(()) => {}
+            Ok(()) => tracing::debug!(
+                topic = topics[input as usize],
+                partition,
+                "resumed: within reach of the task's other input"
+            ),
             Err(err) => {
                 tracing::warn!(%err, topic = topics[input as usize], partition, pause, "pausing or resuming a partition")
             }

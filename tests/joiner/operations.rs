@@ -242,7 +242,9 @@ pub(super) async fn owe_an_hour(kafka: TestKafka, idle_timeout: &str) -> Owed {
             "features-wait = \"1h\"",
             "features-wait = \"3s\"\nmax-out-of-orderness = \"0s\"",
         )
-        .replace("impressions-wait = \"1h\"", "impressions-wait = \"3s\"")
+        // Two hours older than their requests' serving, the impressions wait longer than that
+        // for their features (docs/JOINER.md, "Join semantics").
+        .replace("impressions-wait = \"1h\"", "impressions-wait = \"3h\"")
         .replace(
             "idle-timeout = \"1h\"",
             &format!("idle-timeout = \"{idle_timeout}\""),

@@ -214,7 +214,10 @@ pub(super) async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
             "features-wait = \"1h\"",
             "features-wait = \"3s\"\nlabel-window = \"2s\"\nmax-out-of-orderness = \"0s\"",
         )
-        .replace("impressions-wait = \"1h\"", "impressions-wait = \"3s\"")
+        // The impressions are two hours older than their requests' serving: they wait longer
+        // than that for their features, or they would join only when the feature logs happen
+        // to be read before them (docs/JOINER.md, "Join semantics").
+        .replace("impressions-wait = \"1h\"", "impressions-wait = \"3h\"")
         .replace("idle-timeout = \"1h\"", "idle-timeout = \"1s\"");
     let text = if mode == Quiet::ClicksOnATopicOfTheirOwn {
         text.replace(
