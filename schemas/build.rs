@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/inference/grpc_service.proto",
         "proto/featurelog/v1/feature_log.proto",
         "proto/featurelog/v1/impression.proto",
+        "proto/featurelog/state/v1/join_state.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
@@ -23,6 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.file_descriptor_set_path(out_dir.join("descriptors.bin"));
     // Tensor payloads can be megabytes: `Bytes` lets the sidecar slice them without copying.
     config.bytes(["."]);
+    // A state file is written the same whichever order its maps were filled in.
+    config.btree_map([".featurelog.state"]);
     let includes = [std::path::PathBuf::from("proto"), well_known];
     if std::env::var_os("CARGO_FEATURE_GRPC").is_some() {
         tonic_prost_build::configure()

@@ -35,6 +35,15 @@ pub mod featurelog {
     pub mod v1 {
         include!(concat!(env!("OUT_DIR"), "/featurelog.v1.rs"));
     }
+
+    /// The joiner's state file (`featurelog.state.v1`): the join state of one task.
+    pub mod state {
+        /// Version 1 of the package.
+        #[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/featurelog.state.v1.rs"));
+        }
+    }
 }
 
 pub use datatype::UnknownDataType;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::format::{FORMAT, SnapEarly, SnapshotHeader, read_log};
+use super::format::{FORMAT, SnapshotHeader, early_restore, read_log};
 use crate::log::ServedLog;
 use crate::state::table::{FeatureEntry, Pending, pending_bytes};
 use crate::state::{HashMap, HashSet, JoinConfig, JoinState, Labels};
@@ -168,7 +168,7 @@ impl JoinState {
                 early: p
                     .early
                     .into_iter()
-                    .map(SnapEarly::restore)
+                    .map(early_restore)
                     .collect::<Result<_, _>>()?,
             };
             state.bytes += pending_bytes(&key) + pending.ids_bytes();

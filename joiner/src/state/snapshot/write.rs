@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Snapshot;
-use super::format::{SnapEarly, SnapEmitted, SnapFeature, SnapPending, SnapshotHeader};
+use super::format::{SnapEmitted, SnapFeature, SnapPending, SnapshotHeader, early_of};
 use crate::log::ServedLog;
 use crate::state::{HashMap, JoinState};
 
@@ -125,7 +125,7 @@ impl JoinState {
                     values: p.labels.values.clone(),
                     matched_row: p.matched.as_ref().map(|(_, row)| *row as u64),
                     event_ids: p.event_ids.clone(),
-                    early: p.early.iter().map(SnapEarly::of).collect(),
+                    early: p.early.iter().map(early_of).collect(),
                 })
                 .collect(),
             emitted: self
@@ -137,7 +137,6 @@ impl JoinState {
                 })
                 .collect(),
             max_features_us: self.max_features_us,
-            max_events_us: i64::MIN,
             watermark_us: self.watermark_us,
             sources: self.sources.clone(),
             features_idle_us: Some(self.features_idle_us),
