@@ -11,9 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/featurelog/v1/impression.proto",
         "proto/featurelog/state/v1/join_state.proto",
     ];
-    for proto in protos {
-        println!("cargo:rerun-if-changed={proto}");
-    }
+    // The directory, not only the files listed: a proto added to the list is a change too.
+    println!("cargo:rerun-if-changed=proto");
 
     let out_dir =
         std::path::PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);

@@ -231,17 +231,39 @@ fn sidecar_config_reference_covers_every_key() {
     );
 }
 
-/// The kebab-case names of the `pub` fields of `struct name` in a Rust source file.
-fn struct_fields(source: &str, name: &str) -> Vec<String> {
-    let start = source
-        .find(&format!("pub struct {name} {{"))
-        .unwrap_or_else(|| panic!("no struct {name}"));
-    let body = &source[start..];
-    let body = &body[..body.find("\n}").unwrap()];
-    body.lines()
-        .filter_map(|l| l.trim().strip_prefix("pub "))
-        .filter_map(|l| l.split_once(':').map(|(n, _)| n.replace('_', "-")))
-        .collect()
+/// The names of a struct's fields as its `Deserialize` reads them: serde hands them to
+/// `deserialize_struct`, where this deserializer keeps them and stops.
+fn serde_fields<T: serde::de::DeserializeOwned>() -> Vec<String> {
+    use serde::de::{Error as _, Visitor, value::Error};
+    struct Capture<'a>(&'a mut Vec<&'static str>);
+    impl<'de> serde::Deserializer<'de> for Capture<'_> {
+        type Error = Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+            Err(Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Error> {
+            self.0.extend(fields);
+            Err(Error::custom("fields kept"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+    let mut fields = Vec::new();
+    let _ = T::deserialize(Capture(&mut fields));
+    assert!(
+        !fields.is_empty(),
+        "{} is no struct",
+        std::any::type_name::<T>()
+    );
+    fields.into_iter().map(str::to_owned).collect()
 }
 
 #[test]
@@ -253,10 +275,10 @@ fn allow_list_reference_covers_every_key() {
         "",
         &mut keys,
     );
-    let source = read("services/sidecar/src/allowlist.rs");
-    let mut fields: BTreeSet<String> = struct_fields(&source, "ModelRule").into_iter().collect();
+    use featurelog_sidecar::allowlist::{ModelRule, TopK};
+    let mut fields: BTreeSet<String> = serde_fields::<ModelRule>().into_iter().collect();
     fields.remove("top-k");
-    for f in struct_fields(&source, "TopK") {
+    for f in serde_fields::<TopK>() {
         fields.insert(format!("top-k.{f}"));
     }
     assert_eq!(keys, fields, "the sample allow list shows every field");
@@ -313,19 +335,6 @@ fn exposed(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The names given to `register(` calls in a source file (each call's first string literal),
-/// prefixed: the registry's own list, to tell whether every family was made visible below.
-fn registered(source: &str, prefix: &str) -> BTreeSet<String> {
-    source
-        .split(".register(")
-        .skip(1)
-        .map(|rest| {
-            let rest = &rest[rest.find('"').unwrap() + 1..];
-            format!("{prefix}_{}", &rest[..rest.find('"').unwrap()])
-        })
-        .collect()
-}
-
 fn strip_total(name: &str) -> &str {
     name.strip_suffix("_total").unwrap_or(name)
 }
@@ -357,31 +366,6 @@ fn check_metrics_table(readme: &str, heading: &str, exposed: &BTreeMap<String, S
     );
 }
 
-/// Every string literal in the body of the function whose signature starts with `signature`.
-fn literals_in_fn(source: &str, signature: &str) -> Vec<String> {
-    let start = source
-        .find(signature)
-        .unwrap_or_else(|| panic!("no {signature}"));
-    let body = &source[start..];
-    let indent = source[..start].len() - source[..start].trim_end_matches(' ').len();
-    let end = body.find(&format!("\n{}}}\n", " ".repeat(indent))).unwrap();
-    body[..end]
-        .split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The string literals passed as the first argument to `call(` in a source file.
-fn literal_args(source: &str, call: &str) -> Vec<String> {
-    source
-        .split(&format!("{call}(\""))
-        .skip(1)
-        .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
-        .collect()
-}
-
 fn check_documented(readme_part: &str, what: &str, values: impl IntoIterator<Item = String>) {
     let missing: BTreeSet<String> = values
         .into_iter()
@@ -404,13 +388,13 @@ fn sidecar_exposition() -> String {
             outcome: "ok",
         })
         .inc();
-    m.drop_call("queue_full");
-    m.skip_call("not_sampled");
+    m.drop_call(featurelog_sidecar::reason::Dropped::QueueFull);
+    m.skip_call(featurelog_sidecar::reason::Skipped::NotSampled);
     m.allow_list_reloaded("sha256:0", true);
     m.tls_reloaded(true);
     m.upstream_tls_reloaded(true);
     m.tls_handshake_failed("error");
-    m.dead_letter("delivered");
+    m.dead_letter(featurelog_sidecar::reason::DeadLetter::Delivered);
     m.model("ranker").records.inc();
     m.missing_feature("ranker", "user_age");
     m.render()
@@ -430,54 +414,30 @@ fn joiner_exposition() -> String {
 
 #[test]
 fn sidecar_metrics_reference_covers_every_metric_and_reason() {
+    use featurelog_sidecar::reason::{DeadLetter, Dropped, Skipped};
     let readme = read("README.md");
     let part = section(&readme, "### Sidecar metrics");
-    let source = read("services/sidecar/src/metrics.rs");
 
     let exposed = exposed(&sidecar_exposition());
     let names: BTreeSet<String> = exposed.keys().map(|n| strip_total(n).to_owned()).collect();
+    let registered: BTreeSet<String> = featurelog_sidecar::metrics::Metrics::new()
+        .families()
+        .iter()
+        .map(|f| format!("featurelog_sidecar_{f}"))
+        .collect();
     assert_eq!(
-        names,
-        registered(&source, "featurelog_sidecar"),
+        names, registered,
         "a metric family is registered that this test does not make visible: touch it above"
     );
     check_metrics_table(&readme, "### Sidecar metrics", &exposed);
 
-    let (mut reasons, mut dead_letters) = (Vec::new(), Vec::new());
-    let mut dirs = vec![root().join("services/sidecar/src")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                // The property tests count nothing: only the sidecar's own modules are read.
-                if !path.ends_with("proptests") {
-                    dirs.push(path);
-                }
-                continue;
-            }
-            let text = std::fs::read_to_string(path).unwrap();
-            reasons.extend(literal_args(&text, "drop_call"));
-            reasons.extend(literal_args(&text, "skip_call"));
-            reasons.extend(literal_args(&text, "Rejected::new"));
-            dead_letters.extend(literal_args(&text, "metrics.dead_letter"));
-        }
-    }
-    assert!(dead_letters.len() >= 3, "{dead_letters:?}");
-    check_documented(part, "dead-letter outcomes", dead_letters);
-    // Reasons computed from errors: the sidecar's extraction, its REST bodies' and the tensor
-    // decoder's.
-    for file in [
-        "services/sidecar/src/extract/mod.rs",
-        "services/sidecar/src/extract/rest_json/mod.rs",
-    ] {
-        reasons.extend(literals_in_fn(&read(file), "pub fn reason("));
-    }
-    reasons.extend(literals_in_fn(
-        &read("schemas/src/tensor.rs"),
-        "pub fn reason(",
-    ));
-    assert!(reasons.len() > 10, "{reasons:?}");
-    check_documented(part, "drop/skip reasons", reasons);
+    let label = |values: &[&str]| values.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>();
+    let dropped: Vec<&str> = Dropped::ALL.iter().map(|r| r.as_str()).collect();
+    check_documented(part, "drop reasons", label(&dropped));
+    let skipped: Vec<&str> = Skipped::ALL.iter().map(|r| r.as_str()).collect();
+    check_documented(part, "skip reasons", label(&skipped));
+    let dead_letters: Vec<&str> = DeadLetter::ALL.iter().map(|r| r.as_str()).collect();
+    check_documented(part, "dead-letter outcomes", label(&dead_letters));
     check_documented(
         part,
         "call labels",
@@ -500,13 +460,16 @@ fn sidecar_metrics_reference_covers_every_metric_and_reason() {
 fn joiner_metrics_reference_covers_every_metric_and_reason() {
     let readme = read("README.md");
     let part = section(&readme, "### Joiner metrics");
-    let source = read("joiner/src/metrics.rs");
 
     let exposed = exposed(&joiner_exposition());
     let names: BTreeSet<String> = exposed.keys().map(|n| strip_total(n).to_owned()).collect();
+    let registered: BTreeSet<String> = featurelog_joiner::metrics::JoinMetrics::new()
+        .families()
+        .iter()
+        .map(|f| format!("featurelog_join_{f}"))
+        .collect();
     assert_eq!(
-        names,
-        registered(&source, "featurelog_join"),
+        names, registered,
         "a metric family is registered that this test does not make visible: touch it above"
     );
     check_metrics_table(&readme, "### Joiner metrics", &exposed);

@@ -30,6 +30,8 @@ pub struct Model {
 #[derive(Debug)]
 pub struct JoinMetrics {
     registry: Registry,
+    /// The names of the families registered, without the prefix.
+    families: Vec<&'static str>,
     /// What happened to entries: joined, scored_not_impressed, negatives,
     /// impression_without_features, unknown_item, labels_without_impression, late,
     /// labels_outside_window, evicted, duplicate_features, duplicate_events, lost_on_restore.
@@ -74,6 +76,7 @@ impl JoinMetrics {
         let r = root.sub_registry_with_prefix("featurelog_join");
         let m = Self {
             registry: Registry::default(),
+            families: Vec::new(),
             outcomes: Family::default(),
             rows_written: Family::default(),
             late_rows: Counter::default(),
@@ -88,65 +91,74 @@ impl JoinMetrics {
             paused_partitions: Gauge::default(),
             watermark_seconds: Gauge::default(),
         };
-        r.register(
+        // Registered names are kept, so that a test can tell that it made every family visible.
+        let mut families = Vec::new();
+        macro_rules! register {
+            ($name:literal, $help:literal, $metric:expr $(,)?) => {{
+                families.push($name);
+                r.register($name, $help, $metric);
+            }};
+        }
+        register!(
             "outcomes",
             "What happened to join entries, by outcome",
             m.outcomes.clone(),
         );
-        r.register(
+        register!(
             "rows_written",
             "Rows committed to the dataset, by model",
             m.rows_written.clone(),
         );
-        r.register(
+        register!(
             "late_rows",
             "Rows for complete hours, written under late/",
             m.late_rows.clone(),
         );
-        r.register(
+        register!(
             "dead_letters",
             "Records dead-lettered, by reason",
             m.dead_letters.clone(),
         );
-        r.register(
+        register!(
             "events_routed",
             "App events moved to the repartition topic",
             m.events_routed.clone(),
         );
-        r.register(
+        register!(
             "events_not_sampled",
             "App events dropped because their requests are outside input.events-sample-rate",
             m.events_not_sampled.clone(),
         );
-        r.register("commits", "Task checkpoints committed", m.commits.clone());
-        r.register(
+        register!("commits", "Task checkpoints committed", m.commits.clone());
+        register!(
             "stage_restarts",
             "Stages started again with a new consumer after the group coordinator fenced theirs",
             m.stage_restarts.clone(),
         );
-        r.register("tasks", "Tasks this process runs", m.tasks.clone());
-        r.register(
+        register!("tasks", "Tasks this process runs", m.tasks.clone());
+        register!(
             "state_bytes",
             "Estimated bytes of join state",
             m.state_bytes.clone(),
         );
-        r.register(
+        register!(
             "buffered_requests",
             "Requests whose features are held",
             m.buffered_requests.clone(),
         );
-        r.register(
+        register!(
             "paused_partitions",
             "Input partitions paused: more than join.max-read-ahead ahead of their task's other input",
             m.paused_partitions.clone(),
         );
-        r.register(
+        register!(
             "watermark_seconds",
             "The lowest task watermark",
             m.watermark_seconds.clone(),
         );
         Self {
             registry: root,
+            families,
             ..m
         }
     }
@@ -181,6 +193,11 @@ impl JoinMetrics {
             }
         }
         now.clone()
+    }
+
+    /// The names of the metric families registered, without the `featurelog_join_` prefix.
+    pub fn families(&self) -> &[&'static str] {
+        &self.families
     }
 
     /// The text exposition format.

@@ -12,7 +12,8 @@
 //! - [`extract`]: the captured bodies read and one call made into one record;
 //!   [`extract::rest_json`] reads the REST bodies, [`extract::direct`] is the fast path for raw
 //!   numeric tensors.
-//! - [`metrics`]: what an operator sees (served by `featurelog-ops`).
+//! - [`metrics`]: what an operator sees (served by `featurelog-ops`); [`reason`]: every value
+//!   its call and dead-letter labels take.
 //!
 //! The stages depend one way: `proxy` hands calls to `publish`, which reads them with
 //! `extract`; `extract` depends on neither.
@@ -29,6 +30,7 @@ pub mod metrics;
 mod proptests;
 pub mod proxy;
 pub mod publish;
+pub mod reason;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -12,6 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::reason::{DeadLetter, Dropped, Skipped};
+
 /// Label of a call: which RPC and how it ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
@@ -88,6 +90,8 @@ pub struct Produced {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// The names of the families registered, without the prefix.
+    families: Vec<&'static str>,
     /// Calls forwarded, by method and outcome.
     pub calls: Family<CallLabels, Counter>,
     /// FeatureLog records handed to Kafka and acknowledged.
@@ -159,6 +163,7 @@ impl Metrics {
         let registry = root.sub_registry_with_prefix("featurelog_sidecar");
         let m = Self {
             registry: Registry::default(),
+            families: Vec::new(),
             calls: Family::default(),
             records_delivered: Counter::default(),
             records_produced: Family::default(),
@@ -187,132 +192,140 @@ impl Metrics {
             upstream_tls_reloads: Family::default(),
             tls_handshake_failures: Family::default(),
         };
-        registry.register(
+        // Registered names are kept, so that a test can tell that it made every family visible.
+        let mut families = Vec::new();
+        macro_rules! register {
+            ($name:literal, $help:literal, $metric:expr $(,)?) => {{
+                families.push($name);
+                registry.register($name, $help, $metric);
+            }};
+        }
+        register!(
             "calls",
             "Calls forwarded, by method and outcome",
             m.calls.clone(),
         );
-        registry.register(
+        register!(
             "records_delivered",
             "FeatureLog records acknowledged by Kafka",
             m.records_delivered.clone(),
         );
-        registry.register(
+        register!(
             "records_produced",
             "FeatureLog records handed to the producer, by model",
             m.records_produced.clone(),
         );
-        registry.register(
+        register!(
             "rows_produced",
             "Candidate rows in produced records, by model",
             m.rows_produced.clone(),
         );
-        registry.register(
+        register!(
             "request_bytes",
             "Bytes of the full requests of logged calls, before the allow list, by model",
             m.request_bytes.clone(),
         );
-        registry.register(
+        register!(
             "record_bytes",
             "Bytes of produced records, after the allow list, by model",
             m.record_bytes.clone(),
         );
-        registry.register(
+        register!(
             "dropped",
             "Calls that should have been logged but were not, by reason",
             m.dropped.clone(),
         );
-        registry.register(
+        register!(
             "missing_features",
             "Logged calls that lacked a feature their allow-list entry lists, by model and feature",
             m.missing_features.clone(),
         );
-        registry.register(
+        register!(
             "record_limit_bytes",
             "The largest record the feature-log topic takes: the smaller of its max.message.bytes and publish.max-message-bytes",
             m.record_limit_bytes.clone(),
         );
-        registry.register(
+        register!(
             "skipped",
             "Calls not logged by design (not allow-listed, not sampled, failed)",
             m.skipped.clone(),
         );
-        registry.register(
+        register!(
             "dead_letters",
             "Dead letters of calls not logged because of what their caller sent, by outcome",
             m.dead_letters.clone(),
         );
-        registry.register(
+        register!(
             "dead_letter_topic_missing",
             "1 while the brokers say the dead-letter topic does not exist (dead letters are then only counted)",
             m.dead_letter_topic_missing.clone(),
         );
-        registry.register(
+        register!(
             "queue_depth",
             "Calls waiting for a publisher thread",
             m.queue_depth.clone(),
         );
-        registry.register(
+        register!(
             "queue_bytes",
             "Request and response body bytes held by the calls waiting for a publisher thread",
             m.queue_bytes.clone(),
         );
-        registry.register(
+        register!(
             "producer_in_flight",
             "Records in the producer not yet acknowledged",
             m.producer_in_flight.clone(),
         );
-        registry.register(
+        register!(
             "delivery_errors",
             "Records Kafka did not acknowledge",
             m.delivery_errors.clone(),
         );
-        registry.register(
+        register!(
             "kafka_tx_bytes",
             "Bytes sent to Kafka brokers, protocol and compression included",
             m.kafka_tx_bytes.clone(),
         );
-        registry.register(
+        register!(
             "kafka_txmsg_bytes",
             "Message bytes with batch framing sent to Kafka (librdkafka txmsg_bytes)",
             m.kafka_txmsg_bytes.clone(),
         );
-        registry.register(
+        register!(
             "delivery_latency_seconds",
             "Time from produce to acknowledgement",
             m.delivery_latency.clone(),
         );
-        registry.register(
+        register!(
             "added_latency_seconds",
             "Latency the sidecar adds to a ModelInfer call",
             m.added_latency.clone(),
         );
-        registry.register(
+        register!(
             "logged_fraction",
             "Fraction of loggable calls the adaptive controller lets through",
             m.logged_fraction.clone(),
         );
-        registry.register(
+        register!(
             "allow_list_reloads",
             "Allow-list reloads by outcome",
             m.allow_list_reloads.clone(),
         );
-        registry.register(
+        register!(
             "allow_list_version",
             "The allow-list version in force",
             m.allow_list_version.clone(),
         );
-        registry.register(
+        register!(
             "tls_reloads",
             "TLS certificate loads of the client port by outcome",
             m.tls_reloads.clone(),
         );
-        registry.register(
+        register!(
             "upstream_tls_reloads",
             "Loads of the upstream-tls files (model server CA, client certificate) by outcome",
             m.upstream_tls_reloads.clone(),
         );
-        registry.register(
+        register!(
             "tls_handshake_failures",
             "Client connections whose TLS handshake failed, by reason",
             m.tls_handshake_failures.clone(),
@@ -320,6 +333,7 @@ impl Metrics {
         m.logged_fraction.set(1.0);
         Self {
             registry: root,
+            families,
             ..m
         }
     }
@@ -373,7 +387,8 @@ impl Metrics {
     }
 
     /// Counts a call dropped (forwarded, not logged) for `reason`.
-    pub fn drop_call(&self, reason: &'static str) {
+    pub fn drop_call(&self, reason: Dropped) {
+        let reason = reason.as_str();
         self.dropped.get_or_create(&Reason { reason }).inc();
     }
 
@@ -398,7 +413,8 @@ impl Metrics {
     }
 
     /// Counts a call skipped by design.
-    pub fn skip_call(&self, reason: &'static str) {
+    pub fn skip_call(&self, reason: Skipped) {
+        let reason = reason.as_str();
         self.skipped.get_or_create(&Reason { reason }).inc();
     }
 
@@ -413,7 +429,8 @@ impl Metrics {
     }
 
     /// Counts a dead letter's `outcome`: `delivered`, `failed`, `rate_limited` or `no_topic`.
-    pub fn dead_letter(&self, outcome: &'static str) {
+    pub fn dead_letter(&self, outcome: DeadLetter) {
+        let outcome = outcome.as_str();
         self.dead_letters.get_or_create(&Outcome { outcome }).inc();
     }
 
@@ -457,6 +474,11 @@ impl Metrics {
                 version: version.to_owned(),
             })
             .set(1);
+    }
+
+    /// The names of the metric families registered, without the `featurelog_sidecar_` prefix.
+    pub fn families(&self) -> &[&'static str] {
+        &self.families
     }
 
     /// The text exposition format.

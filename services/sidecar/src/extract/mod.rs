@@ -18,6 +18,7 @@ use featurelog_schemas::inference::{
 use featurelog_schemas::tensor::{self, Tensor, TensorError, TensorValues};
 
 use crate::allowlist::ModelRule;
+use crate::reason::Dropped;
 
 /// Why a call could not be turned into a record. The call itself was still forwarded.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -55,12 +56,12 @@ pub enum ExtractError {
 
 impl ExtractError {
     /// A short, stable reason for metric labels.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Dropped {
         match self {
-            ExtractError::Tensor(e) => e.reason(),
-            ExtractError::Rows { .. } => "row_mismatch",
-            ExtractError::CandidateIds { .. } => "bad_candidate_ids",
-            ExtractError::TopK { .. } => "bad_top_k_output",
+            ExtractError::Tensor(e) => Dropped::from(e),
+            ExtractError::Rows { .. } => Dropped::RowMismatch,
+            ExtractError::CandidateIds { .. } => Dropped::BadCandidateIds,
+            ExtractError::TopK { .. } => Dropped::BadTopKOutput,
         }
     }
 }

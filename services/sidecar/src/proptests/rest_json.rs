@@ -24,7 +24,7 @@ fn check_rest(
     let want = reference_request(body, header_length, wanted);
     let text = String::from_utf8_lossy(body);
     prop_assert_eq!(
-        got.as_ref().map_err(|e| e.reason()),
+        got.as_ref().map_err(|e| e.reason().as_str()),
         want.as_ref().map_err(|e| *e),
         "{}",
         text
@@ -52,7 +52,7 @@ fn check_rest(
     let got = crate::extract::rest_json::response(body, header_length, wanted);
     let want = reference_response(body, header_length, wanted);
     prop_assert_eq!(
-        got.as_ref().map_err(|e| e.reason()),
+        got.as_ref().map_err(|e| e.reason().as_str()),
         want.as_ref().map_err(|e| *e),
         "{}",
         text
@@ -83,7 +83,7 @@ proptest! {
         if !duplicate_keys(json.as_bytes()) {
             let got = crate::extract::rest_json::response(&as_response, header_length, &wanted);
             let want = reference_response(&as_response, header_length, &wanted);
-            prop_assert_eq!(got.as_ref().map_err(|e| e.reason()), want.as_ref().map_err(|e| *e), "{}", json);
+            prop_assert_eq!(got.as_ref().map_err(|e| e.reason().as_str()), want.as_ref().map_err(|e| *e), "{}", json);
         }
     }
 
@@ -156,7 +156,11 @@ fn data_that_is_no_json_value_is_refused() {
                 wanted,
                 None,
             );
-            assert_eq!(read.map_err(|e| e.reason()), Err(MALFORMED), "{body}");
+            assert_eq!(
+                read.map_err(|e| e.reason().as_str()),
+                Err(MALFORMED),
+                "{body}"
+            );
         }
         let with_id = format!(r#"{{"id":{data},"inputs":[]}}"#);
         assert_eq!(

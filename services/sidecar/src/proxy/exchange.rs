@@ -2,6 +2,7 @@
 //! is done last, then handed to the publisher whole or counted as a drop; and the id the
 //! response carries back when the call names none.
 
+use crate::reason::{Dropped, Skipped};
 use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
@@ -161,7 +162,7 @@ impl Exchange {
     ) {
         metrics.count_call(method, outcome);
         if !succeeded {
-            return metrics.skip_call("call_failed");
+            return metrics.skip_call(Skipped::CallFailed);
         }
         let log = move |request: Captured, whole: bool| {
             log_call(request, whole, response, &metrics, &publisher, call);
@@ -193,7 +194,7 @@ fn log_call(
     call: impl FnOnce(Vec<Bytes>, Vec<Bytes>) -> CapturedCall,
 ) {
     if !whole || !response.complete {
-        return metrics.drop_call("incomplete_call");
+        return metrics.drop_call(Dropped::IncompleteCall);
     }
     if request.overflow || response.overflow {
         // The request, or its head when it is the large one, names the model and the call.
@@ -219,7 +220,7 @@ fn log_call(
             "the {body} body ({size} bytes) is larger than publish.max-message-bytes ({} bytes)",
             publisher.max_message_bytes()
         );
-        let rejected = Rejected::new("too_large", binding, detail)
+        let rejected = Rejected::new(Dropped::TooLarge, binding, detail)
             .model(&model, &version)
             .call(&head.fallback_request_id, request.len, head.served_at);
         return publisher.reject(rejected);

@@ -12,6 +12,7 @@
 //! request whose response does not come before the stream ends, or that waits behind
 //! [`MAX_WAITING`] others, is counted as `incomplete_call`.
 
+use crate::reason::{Dropped, Skipped};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -203,7 +204,7 @@ impl StreamLog {
                     "a streamed request larger than publish.max-message-bytes ({} bytes)",
                     self.limit
                 );
-                return self.reject(Rejected::new("too_large", "grpc", detail));
+                return self.reject(Rejected::new(Dropped::TooLarge, "grpc", detail));
             }
         };
         // Only for a request that is not logged: nothing of it is read on the way otherwise.
@@ -235,11 +236,15 @@ impl StreamLog {
         };
         let Some(id) = id else {
             let detail = "a streamed request is not a valid ModelInferRequest (protobuf)";
-            return self.reject(about(Rejected::new("malformed_protobuf", "grpc", detail)));
+            return self.reject(about(Rejected::new(
+                Dropped::MalformedProtobuf,
+                "grpc",
+                detail,
+            )));
         };
         if id.is_empty() {
             let detail = "a request of a ModelStreamInfer stream has no id: streamed inferences are paired with their responses, and joined with the app's events, by it";
-            return self.reject(about(Rejected::new("no_request_id", "grpc", detail)));
+            return self.reject(about(Rejected::new(Dropped::NoRequestId, "grpc", detail)));
         }
         let Ok(mut waiting) = self.waiting.lock() else {
             return;
@@ -253,7 +258,7 @@ impl StreamLog {
             if let Some(oldest) = waiting.pop_front() {
                 held -= size(&oldest);
             }
-            self.metrics.drop_call("incomplete_call");
+            self.metrics.drop_call(Dropped::IncompleteCall);
         }
         waiting.push_back(Waiting {
             id,
@@ -282,14 +287,14 @@ impl StreamLog {
             &mut bytes::BytesMut::new(),
         ) else {
             return self.reject(Rejected::new(
-                "malformed_response",
+                Dropped::MalformedResponse,
                 "grpc",
                 MALFORMED_RESPONSE,
             ));
         };
         let Some((error, response)) = stream_response(message) else {
             return self.reject(Rejected::new(
-                "malformed_response",
+                Dropped::MalformedResponse,
                 "grpc",
                 MALFORMED_RESPONSE,
             ));
@@ -311,7 +316,7 @@ impl StreamLog {
         };
         let response = match response {
             Some(r) if !error => r,
-            _ => return self.metrics.skip_call("call_failed"),
+            _ => return self.metrics.skip_call(Skipped::CallFailed),
         };
         let mut prefix = vec![0u8];
         prefix.extend_from_slice(&(response.len() as u32).to_be_bytes());
@@ -331,7 +336,7 @@ impl StreamLog {
     pub(crate) fn end(&self) {
         let left = self.waiting.lock().map(|mut w| w.drain(..).count());
         for _ in 0..left.unwrap_or(0) {
-            self.metrics.drop_call("incomplete_call");
+            self.metrics.drop_call(Dropped::IncompleteCall);
         }
     }
 }

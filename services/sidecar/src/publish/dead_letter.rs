@@ -17,6 +17,7 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use crate::extract::framing::Unframe;
+use crate::reason::Dropped;
 
 /// The headers a dead letter carries, as the joiner's do, so that one reader of the topic tells
 /// both apart: the reason, and where it came from (`sidecar/<instance>`).
@@ -31,7 +32,7 @@ const MAX_DETAIL_BYTES: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct Rejected {
     /// The `dropped_total` reason.
-    pub reason: &'static str,
+    pub reason: Dropped,
     /// What was wrong, for a person.
     pub detail: String,
     /// `grpc` or `rest`.
@@ -55,7 +56,7 @@ pub struct Rejected {
 
 impl Rejected {
     /// A rejection of a call of `binding` for `reason`, the rest to be filled in.
-    pub fn new(reason: &'static str, binding: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(reason: Dropped, binding: &'static str, detail: impl Into<String>) -> Self {
         Self {
             reason,
             detail: detail.into(),
@@ -101,7 +102,7 @@ impl Rejected {
     pub fn to_json(&self, instance: &str, allow_list_version: &str) -> Vec<u8> {
         let served_at = humantime::format_rfc3339_millis(self.served_at).to_string();
         let letter = Letter {
-            reason: self.reason,
+            reason: self.reason.as_str(),
             detail: truncated(&self.detail, MAX_DETAIL_BYTES),
             binding: self.binding,
             model: &self.model,
@@ -196,25 +197,25 @@ impl Unframe {
         let rest = binding == "rest";
         let (reason, detail) = match self {
             Unframe::Malformed if rest => (
-                "malformed_json",
+                Dropped::MalformedJson,
                 format!(
                     "the body does not inflate as its Content-Encoding {encoding:?} says (or has bytes after the compressed stream)"
                 ),
             ),
             Unframe::Malformed => (
-                "malformed_grpc_frame",
+                Dropped::MalformedGrpcFrame,
                 "the body is not gRPC's length-prefixed messages, or a message's gzip does not inflate (or has bytes after it)".to_owned(),
             ),
             Unframe::TooLarge => (
-                "too_large",
+                Dropped::TooLarge,
                 format!("a body larger than publish.max-message-bytes ({limit} bytes) once inflated"),
             ),
             Unframe::Compression if rest => (
-                "unsupported_compression",
+                Dropped::UnsupportedCompression,
                 format!("Content-Encoding {encoding:?} is not read (identity, gzip and deflate are)"),
             ),
             Unframe::Compression => (
-                "unsupported_compression",
+                Dropped::UnsupportedCompression,
                 format!("grpc-encoding {encoding:?} is not read (identity and gzip are)"),
             ),
         };
@@ -249,7 +250,7 @@ mod tests {
     fn a_dead_letter_says_what_an_operator_needs_and_nothing_else() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_590_400_123);
         let rejected = Rejected::new(
-            "shape_mismatch",
+            Dropped::ShapeMismatch,
             "grpc",
             "tensor \"user_age\": shape [4] holds 4 elements but contents has 3",
         )
@@ -272,14 +273,14 @@ mod tests {
                 "allow_list_version": "v7",
             })
         );
-        let refused = Rejected::new("too_large", "grpc", "over the topic's limit")
+        let refused = Rejected::new(Dropped::TooLarge, "grpc", "over the topic's limit")
             .record_bytes(2_300_000)
             .limit_bytes(1_048_588);
         let json: serde_json::Value =
             serde_json::from_slice(&refused.to_json("pod-a", "v7")).unwrap();
         assert_eq!(json["record_bytes"], 2_300_000);
         assert_eq!(json["limit_bytes"], 1_048_588);
-        let long = Rejected::new("malformed_json", "rest", "é".repeat(2000));
+        let long = Rejected::new(Dropped::MalformedJson, "rest", "é".repeat(2000));
         let json: serde_json::Value = serde_json::from_slice(&long.to_json("p", "v")).unwrap();
         let detail = json["detail"].as_str().unwrap();
         assert!(detail.len() <= MAX_DETAIL_BYTES && detail.chars().all(|c| c == 'é'));

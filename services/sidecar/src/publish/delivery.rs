@@ -9,6 +9,7 @@
 //!   them is an outage, logged once when it starts and once when it ends, with counts
 //!   ([`Outage`]), whatever librdkafka says in between.
 
+use crate::reason::{DeadLetter, Dropped};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,7 +53,7 @@ pub(crate) struct Produced {
 pub(crate) enum Failure {
     /// The brokers will not take this record whatever their health: the `dropped_total` and
     /// dead-letter reason.
-    Record(&'static str),
+    Record(Dropped),
     /// The brokers or the network failed; the record might have gone through another time.
     Broker,
 }
@@ -69,16 +70,16 @@ pub(crate) fn classify(err: &KafkaError) -> Failure {
     };
     match code {
         C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge => {
-            Failure::Record("too_large")
+            Failure::Record(Dropped::TooLarge)
         }
         C::InvalidMessage | C::InvalidRecord | C::BadMessage | C::InvalidTimestamp => {
-            Failure::Record("invalid_record")
+            Failure::Record(Dropped::InvalidRecord)
         }
         C::UnknownTopic
         | C::UnknownTopicOrPartition
         | C::UnknownPartition
         | C::InvalidTopic
-        | C::TopicAuthorizationFailed => Failure::Record("unknown_topic"),
+        | C::TopicAuthorizationFailed => Failure::Record(Dropped::UnknownTopic),
         _ => Failure::Broker,
     }
 }
@@ -249,9 +250,9 @@ impl ProducerContext for DeliveryContext {
             Sent::Record(produced) => produced,
             Sent::DeadLetter => {
                 let Err((err, message)) = result else {
-                    return self.metrics.dead_letter("delivered");
+                    return self.metrics.dead_letter(DeadLetter::Delivered);
                 };
-                self.metrics.dead_letter("failed");
+                self.metrics.dead_letter(DeadLetter::Failed);
                 if !self.dead_letter_failed.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         topic = message.topic(),
@@ -296,7 +297,7 @@ impl ProducerContext for DeliveryContext {
             }
             Failure::Broker => {
                 self.metrics.delivery_errors.inc();
-                self.metrics.drop_call("delivery_failed");
+                self.metrics.drop_call(Dropped::DeliveryFailed);
                 self.window.failed.fetch_add(1, Ordering::Relaxed);
                 self.outage.failure(
                     &format!(
@@ -320,15 +321,15 @@ mod tests {
         let production = |code| classify(&KafkaError::MessageProduction(code));
         assert_eq!(
             production(RDKafkaErrorCode::MessageSizeTooLarge),
-            Failure::Record("too_large")
+            Failure::Record(Dropped::TooLarge)
         );
         assert_eq!(
             production(RDKafkaErrorCode::InvalidRecord),
-            Failure::Record("invalid_record")
+            Failure::Record(Dropped::InvalidRecord)
         );
         assert_eq!(
             production(RDKafkaErrorCode::UnknownTopicOrPartition),
-            Failure::Record("unknown_topic")
+            Failure::Record(Dropped::UnknownTopic)
         );
         for broker in [
             RDKafkaErrorCode::MessageTimedOut,

@@ -29,6 +29,7 @@ mod rest;
 pub(crate) mod tests;
 mod worker;
 
+use crate::reason::{Dropped, Skipped};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -263,7 +264,7 @@ impl Publisher {
                 .rule(&rejected.model, &rejected.model_version)
                 .is_none()
         {
-            return self.shared.metrics.skip_call("not_allow_listed");
+            return self.shared.metrics.skip_call(Skipped::NotAllowListed);
         }
         self.shared.reject(rejected);
     }
@@ -302,7 +303,7 @@ impl Publisher {
                     shared
                         .queue_bytes
                         .fetch_sub(queued.bytes, Ordering::Relaxed);
-                    shared.metrics.drop_call("shutting_down");
+                    shared.metrics.drop_call(Dropped::ShuttingDown);
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());

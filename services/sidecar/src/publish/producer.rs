@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::dead_letter::Rejected;
 use super::delivery::{Failure, Produced, Sent, classify};
+use crate::reason::{DeadLetter, Dropped};
 
 /// librdkafka settings the sidecar starts from; `[kafka.properties]` overrides any of them.
 pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
@@ -85,7 +86,7 @@ pub(super) struct RecordOf<'a> {
 /// queue or a broker failure tells the adaptive controller that Kafka is struggling.
 pub(super) fn produce(shared: &Shared, of: RecordOf<'_>, payload: &[u8], rows: u32) {
     let metrics = &shared.metrics;
-    let refuse = |reason: &'static str, detail: String| {
+    let refuse = |reason: Dropped, detail: String| {
         Rejected::new(reason, of.binding, detail)
             .model(of.model, "")
             .call(of.request_id, of.request_size, of.served_at)
@@ -100,7 +101,7 @@ pub(super) fn produce(shared: &Shared, of: RecordOf<'_>, payload: &[u8], rows: u
             super::record_limit::batch_bytes(of.request_id.len(), payload.len()),
             shared.topic,
         );
-        let rejected = refuse("too_large", detail).limit_bytes(limit);
+        let rejected = refuse(Dropped::TooLarge, detail).limit_bytes(limit);
         return shared.producer.context().refused(rejected);
     }
     let sent = Sent::Record(Produced {
@@ -138,12 +139,12 @@ pub(super) fn produce(shared: &Shared, of: RecordOf<'_>, payload: &[u8], rows: u
             let reason = match err {
                 rdkafka::error::KafkaError::MessageProduction(
                     rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ) => "producer_queue_full",
-                _ => "produce_error",
+                ) => Dropped::ProducerQueueFull,
+                _ => Dropped::ProduceError,
             };
             metrics.drop_call(reason);
             shared.window.failed.fetch_add(1, Ordering::Relaxed);
-            if reason == "produce_error" {
+            if reason == Dropped::ProduceError {
                 shared.outage.failure(
                     &format!(
                         "a record of model {:?} (request {:?}, {} bytes) was not produced to {:?}: {err}",
@@ -165,7 +166,7 @@ impl Shared {
     /// the dead letter as failed.
     pub(super) fn reject(&self, rejected: Rejected) {
         self.metrics.drop_call(rejected.reason);
-        tracing::debug!(reason = rejected.reason, model = %rejected.model, request_id = %rejected.request_id, "not logged: {}", rejected.detail);
+        tracing::debug!(reason = rejected.reason.as_str(), model = %rejected.model, request_id = %rejected.request_id, "not logged: {}", rejected.detail);
         self.dead_letter(&rejected);
     }
 
@@ -180,17 +181,17 @@ impl Shared {
             .lock()
             .is_ok_and(|mut b| b.take(Instant::now()));
         if !admitted {
-            return self.metrics.dead_letter("rate_limited");
+            return self.metrics.dead_letter(DeadLetter::RateLimited);
         }
         if self.dead_letter_topic_missing.load(Ordering::Relaxed) {
-            return self.metrics.dead_letter("no_topic");
+            return self.metrics.dead_letter(DeadLetter::NoTopic);
         }
         let payload = rejected.to_json(&self.instance, &self.allow_list.peek().version);
         let source = format!("sidecar/{}", self.instance);
         let headers = OwnedHeaders::new()
             .insert(Header {
                 key: super::dead_letter::ERROR_HEADER,
-                value: Some(rejected.reason),
+                value: Some(rejected.reason.as_str()),
             })
             .insert(Header {
                 key: super::dead_letter::SOURCE_HEADER,
@@ -204,7 +205,7 @@ impl Shared {
         }
         if let Err((err, _)) = self.producer.send(record) {
             tracing::debug!(%err, "dead letter not produced");
-            self.metrics.dead_letter("failed");
+            self.metrics.dead_letter(DeadLetter::Failed);
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::allowlist::AllowList;
 use crate::extract::framing::request_model;
 
 use super::{CapturedCall, Publisher, Shared};
+use crate::reason::{Dropped, Skipped};
 
 /// A call in the queue, with the allow list in force when it was made: a reload while it waits
 /// does not change what is logged of it (nor the version its record carries).
@@ -38,7 +39,7 @@ impl Publisher {
     pub fn submit(&self, mut call: CapturedCall) {
         let shared = &self.shared;
         if shared.closing.load(Ordering::Relaxed) {
-            return shared.metrics.drop_call("shutting_down");
+            return shared.metrics.drop_call(Dropped::ShuttingDown);
         }
         let allow_list = shared.allow_list.current();
         // Decided here when the request says at once which model it is for, so that calls that
@@ -49,7 +50,7 @@ impl Publisher {
         };
         if let Some((model, version)) = named {
             match allow_list.rule(model, version) {
-                None => return shared.metrics.skip_call("not_allow_listed"),
+                None => return shared.metrics.skip_call(Skipped::NotAllowListed),
                 Some(rule) if rule.outputs.is_empty() && rule.top_k.is_none() => {
                     call.response = Vec::new();
                 }
@@ -61,7 +62,7 @@ impl Publisher {
         let before = shared.queue_bytes.fetch_add(bytes, Ordering::Relaxed);
         if before.saturating_add(bytes) > shared.queue_max_bytes {
             shared.queue_bytes.fetch_sub(bytes, Ordering::Relaxed);
-            return shared.metrics.drop_call("queue_full");
+            return shared.metrics.drop_call(Dropped::QueueFull);
         }
         let queued = Queued {
             call,
@@ -77,8 +78,8 @@ impl Publisher {
             Err(err) => {
                 shared.queue_bytes.fetch_sub(bytes, Ordering::Relaxed);
                 shared.metrics.drop_call(match err {
-                    TrySendError::Full(_) => "queue_full",
-                    TrySendError::Disconnected(_) => "shutting_down",
+                    TrySendError::Full(_) => Dropped::QueueFull,
+                    TrySendError::Disconnected(_) => Dropped::ShuttingDown,
                 });
             }
         }

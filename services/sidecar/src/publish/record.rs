@@ -14,6 +14,7 @@ use crate::extract::direct::PlanCache;
 
 use super::Shared;
 use super::producer::{RecordOf, produce};
+use crate::reason::{Dropped, Skipped};
 
 /// The largest record buffer a publisher thread keeps between calls.
 const RECORD_BUFFER_KEPT: usize = 1 << 20;
@@ -43,13 +44,13 @@ pub(super) fn admit(
     // The request's own id, else the one the proxy decided on (header or generated).
     let request_id = if own.is_empty() { fallback } else { own };
     if !sampling::sampled(&request_id, rule.sample_rate) {
-        shared.metrics.skip_call("not_sampled");
+        shared.metrics.skip_call(Skipped::NotSampled);
         return None;
     }
     let fraction = f64::from_bits(shared.fraction.load(Ordering::Relaxed));
     // A different hash input than sampling, so shedding does not select the same requests.
     if fraction < 1.0 && !sampling::sampled(&format!("shed:{request_id}"), fraction) {
-        shared.metrics.drop_call("adaptive_shed");
+        shared.metrics.drop_call(Dropped::AdaptiveShed);
         return None;
     }
     Some(request_id)

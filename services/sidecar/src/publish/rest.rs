@@ -14,6 +14,7 @@ use super::dead_letter::Rejected;
 use super::producer::{RecordOf, produce};
 use super::record::{Local, admit, count_missing, produce_planned};
 use super::{CapturedCall, RestCall, Shared};
+use crate::reason::{Dropped, Skipped};
 
 /// A REST call: its JSON (and binary data) read into the gRPC messages, then the same
 /// extraction as a gRPC call's decoded path.
@@ -44,7 +45,7 @@ pub(super) fn publish_rest(
         }
     };
     let Some(rule) = list.rule(&rest.model, &rest.version) else {
-        return metrics.skip_call("not_allow_listed");
+        return metrics.skip_call(Skipped::NotAllowListed);
     };
     // Only the tensors the rule logs are read, as the gRPC path decodes only those.
     let inputs = |name: &str| {
@@ -109,7 +110,7 @@ pub(super) fn publish_rest(
         match read {
             Ok(r) => Some(r),
             Err(detail) => {
-                let rejected = Rejected::new("malformed_response", "rest", detail);
+                let rejected = Rejected::new(Dropped::MalformedResponse, "rest", detail);
                 return shared.reject(about(rejected, &request_id));
             }
         }

@@ -21,6 +21,7 @@ use super::producer::{RecordOf, dead_letter_refused, produce};
 use super::queue::Queued;
 use super::record::{Local, admit, count_missing, produce_planned};
 use super::rest::publish_rest;
+use crate::reason::{Dropped, Skipped};
 
 /// How long a publisher thread sleeps when the queue is empty. A call waits at most this long
 /// before it is worked on; in exchange no thread is ever blocked on the queue, so handing a call
@@ -127,7 +128,7 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         Ok(s) => s,
         Err(_) => {
             let (model, version) = named();
-            let rejected = Rejected::new("malformed_protobuf", "grpc", MALFORMED_REQUEST);
+            let rejected = Rejected::new(Dropped::MalformedProtobuf, "grpc", MALFORMED_REQUEST);
             return shared.reject(about(
                 rejected.model(&model, &version),
                 &call.fallback_request_id,
@@ -135,7 +136,7 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         }
     };
     let Some(rule) = list.rule(&scanned.model_name, &scanned.model_version) else {
-        return shared.metrics.skip_call("not_allow_listed");
+        return shared.metrics.skip_call(Skipped::NotAllowListed);
     };
     let own = std::mem::take(&mut scanned.id);
     let Some(request_id) = admit(shared, rule, own, call.fallback_request_id) else {
@@ -164,10 +165,10 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         Err(err) => {
             let rejected = match err {
                 crate::extract::lazy::LazyError::Malformed => {
-                    Rejected::new("malformed_protobuf", "grpc", MALFORMED_REQUEST)
+                    Rejected::new(Dropped::MalformedProtobuf, "grpc", MALFORMED_REQUEST)
                 }
                 crate::extract::lazy::LazyError::RawCount(err) => {
-                    Rejected::new(err.reason(), "grpc", err.to_string())
+                    Rejected::new(Dropped::from(&err), "grpc", err.to_string())
                 }
             };
             return shared.reject(about(rejected.model(&rule.name, &version), &request_id));
@@ -184,7 +185,7 @@ fn publish(shared: &Shared, queued: Queued, local: &mut Local) {
         let rejected = match framed.map(ModelInferResponse::decode) {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(_)) | Err(Unframe::Malformed) => Err(Rejected::new(
-                "malformed_response",
+                Dropped::MalformedResponse,
                 "grpc",
                 "the model server's response is not a valid ModelInferResponse",
             )),

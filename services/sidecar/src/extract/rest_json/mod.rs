@@ -18,6 +18,7 @@ mod tensor;
 #[cfg(test)]
 mod tests;
 
+use crate::reason::Dropped;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,10 +59,10 @@ pub enum RestBodyError {
 
 impl RestBodyError {
     /// A short, stable reason for metric labels.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Dropped {
         match self {
-            RestBodyError::Malformed(_) => "malformed_json",
-            RestBodyError::Data { .. } => "bad_json_data",
+            RestBodyError::Malformed(_) => Dropped::MalformedJson,
+            RestBodyError::Data { .. } => Dropped::BadJsonData,
         }
     }
 }
