@@ -2,9 +2,8 @@
 //! and what is listed or checked again.
 
 use super::*;
+use crate::sink::SinkOptions;
 use crate::sink::fixtures::*;
-use crate::sink::local::Local;
-use crate::sink::{SinkOptions, new_writer};
 use std::sync::Arc;
 
 #[test]
@@ -13,13 +12,7 @@ fn hours_days_and_checkpoints_once_seen_are_not_listed_or_checked_again() {
     const HOUR: i64 = 3_600_000_000;
     let dir = tempfile::tempdir().unwrap();
     let mut ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-    let counting = Arc::new(Watched::new(
-        Arc::new(Local {
-            root: dir.path().to_owned(),
-            writer: new_writer(),
-        }),
-        Creates::AsStored,
-    ));
+    let counting = Arc::new(Watched::new(ds.storage.clone(), Creates::AsStored));
     ds.storage = counting.clone();
     let tasks = vec!["t-0".to_string()];
     // Rows in hours 00 and 01 of day one and hour 00 of day two.
