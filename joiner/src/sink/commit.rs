@@ -1,15 +1,15 @@
 //! The commit protocol (docs/JOINER.md, "Exactly once"): checkpoints, and the state files they name.
 //!
 //! A flush of a task stages its rows under `_featurelog/staging/<task>/<epoch>-<writer>/`
-//! (`<writer>` is random per [`Dataset`] handle; locally written then fsynced, on an object
-//! store one PUT each) and its state as `_featurelog/state/<task>/<epoch>-<writer>.bin`, then
-//! **creates** the task's next checkpoint, which names those files and the input offsets they
-//! cover. Creating the checkpoint is the commit: locally it is written under a temporary name
-//! and hard-linked into place, on an object store it is a conditional PUT (`If-None-Match: *`);
-//! both fail if that epoch exists, so a second owner of the task (a zombie after a rebalance)
-//! cannot commit over the first. Because every name a writer stages is its own, the loser of
-//! such a race never overwrites a file the winner's checkpoint names, however late it writes.
-//! After the commit the staged files get their visible names (rename; copy then delete).
+//! (`<writer>` is random per [`Dataset`] handle; one put each, durable when it returns) and its
+//! state as `_featurelog/state/<task>/<epoch>-<writer>.bin`, then **creates** the task's next
+//! checkpoint, which names those files and the input offsets they cover. Creating the
+//! checkpoint is the commit: a put in `PutMode::Create` (a hard link of a fsynced temporary file
+//! locally, `If-None-Match: *` on S3), which fails if that epoch exists, so a second owner of
+//! the task (a zombie after a rebalance) cannot commit over the first. Because every name a
+//! writer stages is its own, the loser of such a race never overwrites a file the winner's
+//! checkpoint names, however late it writes. After the commit the staged files get their
+//! visible names (object_store's `rename`: rename(2) locally, copy then delete on S3).
 //! [`Dataset::recover`] finishes an interrupted roll forward and deletes staging of epochs at or
 //! below the committed one (never above: a live writer may be about to commit those), so a task
 //! restarted after `kill -9` at any point sees each row exactly once.

@@ -9,9 +9,9 @@
 //! - a writer adds a file's columns to it when it encodes the file, before staging it, so before
 //!   the commit that lets anyone publish the file;
 //! - it only grows: a change reads it, adds columns and writes it back, and no other writer's
-//!   change comes in between (a lock on a file under `_featurelog/locks/` on a local directory,
-//!   a PUT conditional on the ETag read on an object store: `Storage::update` in local.rs and
-//!   s3.rs). A plain overwrite could put back a smaller schema read before another writer added
+//!   change comes in between (a put conditional on the ETag read, `PutMode::Update`, where the
+//!   store has it; on a local directory, whose LocalFileSystem has not, a lock on a file under
+//!   `_featurelog/locks/`: `Storage::update` in store.rs). A plain overwrite could put back a smaller schema read before another writer added
 //!   a column and committed a file with it;
 //! - where it is missing (a dataset that has data files but not it yet), it is made from the
 //!   footers of the data files there, then the new file's columns.

@@ -21,7 +21,7 @@ pub enum SinkError {
     Store {
         /// What we were doing.
         action: &'static str,
-        /// The object (`s3://bucket/key`).
+        /// The object (`s3://bucket/key`; on a local directory, the file's path).
         location: String,
         /// object_store's error.
         #[source]

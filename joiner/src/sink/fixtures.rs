@@ -115,6 +115,19 @@ pub(super) fn in_memory() -> (Arc<object_store::memory::InMemory>, Dataset) {
     (store, ds)
 }
 
+/// A handle on the dataset of `store` made by [`memory`]: called again, another process's.
+pub(super) fn on_memory(
+    store: &Arc<object_store::memory::InMemory>,
+    options: SinkOptions,
+) -> Dataset {
+    Dataset::open_object_store(store.clone(), "memory://b", "ds/", options).unwrap()
+}
+
+/// An empty in-memory store, for datasets that [`on_memory`] opens on it.
+pub(super) fn memory() -> Arc<object_store::memory::InMemory> {
+    Arc::new(object_store::memory::InMemory::new())
+}
+
 pub(super) fn keys(store: &object_store::memory::InMemory) -> Vec<String> {
     use futures::TryStreamExt as _;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -12,8 +12,8 @@
 //! - `columns.rs`: the column registry (`_featurelog/columns/`);
 //! - `records.rs`: what the first joiner recorded (partition count, layout, events topics);
 //! - `common_metadata.rs`: `_common_metadata`, every column of the data files, for readers;
-//! - `storage.rs`: the primitives the protocol is built from, on a local directory (`local.rs`)
-//!   or an object store (`s3.rs`);
+//! - `storage.rs`: the primitives the protocol is built from, and `store.rs`, their one
+//!   implementation over object_store (a local directory, S3, in-memory in unit tests);
 //! - `error.rs`: [`SinkError`].
 
 use std::collections::HashMap;
@@ -27,14 +27,13 @@ mod commit;
 mod common_metadata;
 mod error;
 mod layout;
-mod local;
 mod markers;
 pub mod paths;
 mod prune;
 mod records;
-mod s3;
 mod stage;
 mod storage;
+mod store;
 
 #[cfg(test)]
 mod fixtures;
@@ -133,8 +132,8 @@ impl Dataset {
         }
     }
 
-    /// Verifies, with a few requests, that an object store refuses to overwrite on a
-    /// conditional PUT, which the commit's fence depends on. Nothing to check locally.
+    /// Verifies, with a few requests, that the store refuses to overwrite on a conditional
+    /// put (`PutMode::Create`), which the commit's fence depends on.
     pub fn check(&self) -> Result<(), SinkError> {
         self.storage.check()
     }

@@ -114,20 +114,19 @@ mod tests {
 
     #[test]
     fn a_backlog_of_old_checkpoints_is_shed_a_hundred_per_commit() {
-        let dir = tempfile::tempdir().unwrap();
+        let store = memory();
         // Written by a joiner that kept every checkpoint.
-        let old = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let old = on_memory(&store, SinkOptions::default());
         for epoch in 1..=250 {
             old.commit(&checkpoint("t-0", epoch, vec![])).unwrap();
         }
-        let ds = Dataset::open(
-            dir.path(),
+        let ds = on_memory(
+            &store,
             SinkOptions {
                 checkpoints_kept: 3,
                 ..SinkOptions::default()
             },
-        )
-        .unwrap();
+        );
         assert_eq!(ds.recover("t-0").unwrap().map(|c| c.epoch), Some(250));
         let mut left = Vec::new();
         for epoch in 251..=254 {
@@ -141,9 +140,9 @@ mod tests {
 
     #[test]
     fn state_files_no_checkpoint_needs_are_pruned() {
-        let dir = tempfile::tempdir().unwrap();
-        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-        let loser = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let store = memory();
+        let ds = on_memory(&store, SinkOptions::default());
+        let loser = on_memory(&store, SinkOptions::default());
         // mine[i] is epoch i + 1.
         let mine: Vec<String> = (1..=7)
             .map(|epoch| ds.stage_state("t/0", epoch, vec![epoch as u8]).unwrap())

@@ -98,7 +98,6 @@ impl Dataset {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::sink::fixtures::*;
     use crate::sink::{SinkOptions, model_dir};
 
@@ -108,17 +107,17 @@ mod tests {
             partition_by_model: true,
             ..SinkOptions::default()
         };
-        let dir = tempfile::tempdir().unwrap();
-        let first = Dataset::open(dir.path(), by_model.clone()).unwrap();
+        let store = memory();
+        let first = on_memory(&store, by_model.clone());
         assert!(first.recorded_partition_by_model().unwrap());
-        let other = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let other = on_memory(&store, SinkOptions::default());
         assert!(other.recorded_partition_by_model().unwrap(), "recorded");
         // A dataset written before the setting existed (checkpoints, no record) was by hour.
-        let old = tempfile::tempdir().unwrap();
-        let ds = Dataset::open(old.path(), SinkOptions::default()).unwrap();
+        let old = memory();
+        let ds = on_memory(&old, SinkOptions::default());
         let staged = ds.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
         ds.commit(&committed("t-0", 1, &staged)).unwrap();
-        let now = Dataset::open(old.path(), by_model).unwrap();
+        let now = on_memory(&old, by_model);
         assert!(!now.recorded_partition_by_model().unwrap());
         assert_eq!(model_dir(""), "model=__HIVE_DEFAULT_PARTITION__");
         assert_eq!(model_dir("resnet-50_v1.2"), "model=resnet-50_v1.2");
@@ -127,12 +126,12 @@ mod tests {
 
     #[test]
     fn the_first_partition_count_recorded_is_the_datasets() {
-        let dir = tempfile::tempdir().unwrap();
-        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let store = memory();
+        let ds = on_memory(&store, SinkOptions::default());
         assert_eq!(ds.recorded_partition_count("features", 4).unwrap(), 4);
         assert_eq!(ds.recorded_partition_count("features", 4).unwrap(), 4);
         // The topic gained partitions: the dataset still says 4, in another process too.
-        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let again = on_memory(&store, SinkOptions::default());
         assert_eq!(again.recorded_partition_count("features", 8).unwrap(), 4);
         // Another topic's dataset in the same root is its own.
         assert_eq!(again.recorded_partition_count("other", 2).unwrap(), 2);
@@ -140,9 +139,9 @@ mod tests {
 
     #[test]
     fn the_events_topics_recorded_grow_only_by_appending() {
-        let dir = tempfile::tempdir().unwrap();
+        let store = memory();
         let list = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
-        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let ds = on_memory(&store, SinkOptions::default());
         assert_eq!(
             ds.recorded_events_topics(&list(&["a"])).unwrap(),
             list(&["a"])
@@ -152,7 +151,7 @@ mod tests {
             ds.recorded_events_topics(&list(&["a", "b"])).unwrap(),
             list(&["a"])
         );
-        let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        let again = on_memory(&store, SinkOptions::default());
         assert_eq!(
             again.recorded_events_topics(&list(&["a", "b"])).unwrap(),
             list(&["a", "b"])

@@ -1,5 +1,6 @@
-//! The primitive operations the commit protocol is built from ([`Storage`]), so that the protocol
-//! is written once for a local directory (local.rs) and an object store (s3.rs).
+//! The primitive operations the commit protocol is built from ([`Storage`]): implemented once
+//! over object_store (store.rs), and wrapped by the sink's unit tests to count requests and
+//! fake a store's faults (fixtures.rs).
 
 use std::path::PathBuf;
 
@@ -9,8 +10,8 @@ use super::error::SinkError;
 /// content, or `None` to leave it as it is.
 pub(super) type Update<'a> = dyn FnMut(Option<&[u8]>) -> Result<Option<Vec<u8>>, SinkError> + 'a;
 
-/// The primitive operations the commit protocol is built from, on each kind of storage. Names
-/// are relative to the dataset root, with `/` separators.
+/// The primitive operations the commit protocol is built from. Names are relative to the
+/// dataset root, with `/` separators.
 pub(super) trait Storage: std::fmt::Debug + Send + Sync {
     /// The full name of `relative`, for messages.
     fn describe(&self, relative: &str) -> PathBuf;

@@ -2,24 +2,17 @@
 //! and what is listed or checked again.
 
 use super::*;
+use crate::sink::SinkOptions;
 use crate::sink::fixtures::*;
-use crate::sink::local::Local;
-use crate::sink::{SinkOptions, new_writer};
 use std::sync::Arc;
 
 #[test]
 fn hours_days_and_checkpoints_once_seen_are_not_listed_or_checked_again() {
     use std::sync::atomic::Ordering::Relaxed;
     const HOUR: i64 = 3_600_000_000;
-    let dir = tempfile::tempdir().unwrap();
-    let mut ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
-    let counting = Arc::new(Watched::new(
-        Arc::new(Local {
-            root: dir.path().to_owned(),
-            writer: new_writer(),
-        }),
-        Creates::AsStored,
-    ));
+    let store = memory();
+    let mut ds = on_memory(&store, SinkOptions::default());
+    let counting = Arc::new(Watched::new(ds.storage.clone(), Creates::AsStored));
     ds.storage = counting.clone();
     let tasks = vec!["t-0".to_string()];
     // Rows in hours 00 and 01 of day one and hour 00 of day two.
@@ -59,15 +52,15 @@ fn hours_days_and_checkpoints_once_seen_are_not_listed_or_checked_again() {
     // The task's checkpoints were listed once; later epochs are found by probing.
     assert_eq!(counting.checkpoint_lists.load(Relaxed), 1);
     // A fresh process (another Dataset) finds the markers and marks nothing twice.
-    let again = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let again = on_memory(&store, SinkOptions::default());
     assert!(again.mark_complete(&tasks, 0).unwrap().is_empty());
 }
 
 #[test]
 fn an_hour_is_marked_complete_only_once_every_committed_file_of_it_is_visible() {
     const HOUR: i64 = 3_600_000_000;
-    let dir = tempfile::tempdir().unwrap();
-    let writer = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let store = memory();
+    let writer = on_memory(&store, SinkOptions::default());
     let tasks = vec!["t-0".to_string()];
     let first = writer.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
     let cp1 = committed("t-0", 1, &first);
@@ -78,13 +71,13 @@ fn an_hour_is_marked_complete_only_once_every_committed_file_of_it_is_visible() 
     let mut cp2 = committed("t-0", 2, &second);
     cp2.watermark_us = 2 * HOUR;
     writer.commit(&cp2).unwrap();
-    let observer = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let observer = on_memory(&store, SinkOptions::default());
     assert_eq!(
         observer.mark_complete(&tasks, 0).unwrap(),
         ["dt=1970-01-01/hr=00", "dt=1970-01-01/hr=01"]
     );
     for file in &cp2.files {
-        assert!(dir.path().join(file).exists(), "{file} not visible");
+        assert!(observer.storage.exists(file).unwrap(), "{file} not visible");
     }
 }
 
@@ -176,13 +169,13 @@ fn partitioned_by_model_each_model_has_its_own_hours_markers_and_late_area() {
 #[test]
 fn completeness_finds_the_newest_checkpoint_after_the_one_it_knew_was_pruned() {
     const HOUR: i64 = 3_600_000_000;
-    let dir = tempfile::tempdir().unwrap();
+    let store = memory();
     let options = SinkOptions {
         checkpoints_kept: 2,
         ..SinkOptions::default()
     };
-    let owner = Dataset::open(dir.path(), options.clone()).unwrap();
-    let observer = Dataset::open(dir.path(), options).unwrap();
+    let owner = on_memory(&store, options.clone());
+    let observer = on_memory(&store, options);
     let tasks = vec!["t-0".to_string()];
     let staged = owner.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
     let cp = committed("t-0", 1, &staged);
@@ -260,8 +253,7 @@ fn hours_without_rows_are_marked_between_the_first_and_newest_hours_with_rows() 
 
 #[test]
 fn hours_are_marked_complete_by_the_slowest_task_and_late_rows_go_aside() {
-    let dir = tempfile::tempdir().unwrap();
-    let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let ds = on_memory(&memory(), SinkOptions::default());
     let tasks = vec!["t-0".to_string(), "t-1".to_string()];
     let staged = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
     let mut cp = committed("t-0", 1, &staged);
@@ -281,8 +273,8 @@ fn hours_are_marked_complete_by_the_slowest_task_and_late_rows_go_aside() {
         ds.mark_complete(&tasks, 0).unwrap(),
         ["dt=1970-01-01/hr=01"]
     );
-    assert!(dir.path().join("dt=1970-01-01/hr=01/_SUCCESS").exists());
-    assert!(!dir.path().join("dt=1970-01-01/hr=02/_SUCCESS").exists());
+    assert!(ds.storage.exists("dt=1970-01-01/hr=01/_SUCCESS").unwrap());
+    assert!(!ds.storage.exists("dt=1970-01-01/hr=02/_SUCCESS").unwrap());
     // A row for the finished hour arrives later: it goes to late/, counted.
     let late = ds.stage("t-0", 2, &rows(1)[..1], i64::MIN).unwrap();
     assert_eq!(late.late_rows, 1);

@@ -324,8 +324,7 @@ fn a_feature_added_to_the_allow_list_is_a_new_column_that_older_files_read_as_nu
 
 #[test]
 fn rows_for_hours_the_task_declared_complete_go_aside_before_any_marker_exists() {
-    let dir = tempfile::tempdir().unwrap();
-    let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    let ds = on_memory(&memory(), SinkOptions::default());
     // The task's committed watermark minus the lag is 02:00: hours 00 and 01 are over for
     // it, though no marker writer has looked yet. Hour 02 is still open.
     let staged = ds

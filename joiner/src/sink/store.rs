@@ -1,17 +1,21 @@
-//! The dataset on S3-compatible object storage: every write is one PUT, create-if-absent and
-//! updates in place are conditional PUTs, publishing is a server-side copy. The protocol's steps
-//! are synchronous, so the requests run on a small runtime of the dataset's own.
+//! The dataset's one storage ([`Store`]): an [`ObjectStore`] under a prefix, object_store's
+//! `LocalFileSystem` (fsync on) for a local directory, `AmazonS3` for `s3://`, its in-memory
+//! store in unit tests. Every step of the commit protocol is one of its calls (docs/JOINER.md,
+//! "Exactly once"); the steps are synchronous, so the calls run on a small runtime of the
+//! dataset's own.
 
+use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use object_store::local::LocalFileSystem;
 use object_store::path::{Path as ObjectPath, PathPart};
 use object_store::{
     ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, PutPayload, UpdateVersion,
 };
 
 use super::error::{SinkError, io};
-use super::layout::{safe, staging_epoch, staging_prefix};
+use super::layout::{path_segment, safe, staging_epoch, staging_prefix};
 use super::paths;
 use super::storage::{Storage, Update};
 use super::{Dataset, SinkOptions, new_writer};
@@ -45,29 +49,36 @@ impl Drop for Runtime {
     }
 }
 
-/// An object store (S3 and compatible). Every write is a single PUT, visible complete or not at
-/// all; create-if-absent is a conditional PUT; the protocol's steps are synchronous like the
-/// local ones, so the requests run on a small runtime of the dataset's own, which works from
-/// plain threads and from the joiner's `block_in_place` sections alike.
+/// The dataset's storage: an object store under a key prefix. Every write is a single put,
+/// visible complete or not at all; create-if-absent is `PutMode::Create`; publishing is a
+/// `rename`. The protocol's steps are synchronous, so the requests run on a small runtime of
+/// the dataset's own, which works from plain threads and from the joiner's `block_in_place`
+/// sections alike.
 #[derive(Debug)]
-struct Remote {
+struct Store {
     store: Arc<dyn ObjectStore>,
-    /// `s3://bucket`, for messages.
+    /// `s3://bucket` (or `memory://...` in tests), for messages; for a local directory, its path.
     url: String,
-    /// The dataset's key prefix inside the bucket, without slashes at either end.
+    /// The dataset's key prefix inside the store, without slashes at either end.
     prefix: String,
+    /// The local directory a `LocalFileSystem` store is rooted at: names in messages are its
+    /// paths, and the two things an object store has no call for are done there (see
+    /// [`Store::update_locked`] and [`Store::remove_local_dir`]). `None` for any other store.
+    directory: Option<PathBuf>,
     /// Unique to this process's dataset handle: its staging prefixes never collide with another
     /// owner's.
     writer: String,
     runtime: Runtime,
 }
 
-impl Remote {
+impl Store {
     fn key(&self, relative: &str) -> ObjectPath {
         // Our names are taken as they are: a model partition's hive escapes (`%2F`) must reach
         // the store unchanged, as every hive reader decodes them once. object_store would
         // escape their `%` again. Our names never hold what a store refuses; anything else is
-        // escaped by object_store, as the prefix from the config always was.
+        // escaped by object_store, as the prefix from the config always was. (LocalFileSystem
+        // keeps a part's text as the file's name: it escapes it into a `file://` URL and
+        // decodes it back.)
         let parts = relative
             .split('/')
             .filter(|part| !part.is_empty())
@@ -76,7 +87,10 @@ impl Remote {
     }
 
     fn location(&self, key: &ObjectPath) -> String {
-        format!("{}/{key}", self.url)
+        match &self.directory {
+            Some(directory) => directory.join(key.as_ref()).display().to_string(),
+            None => format!("{}/{key}", self.url),
+        }
     }
 
     /// Runs one request (or a few) to completion on the dataset's runtime.
@@ -117,18 +131,135 @@ impl Remote {
                 .await
         })
     }
+
+    fn delete_key(&self, key: &ObjectPath) -> Result<(), SinkError> {
+        let (store, target) = (self.store.clone(), key.clone());
+        self.block("delete", key, async move {
+            match store.delete(&target).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// On a local directory, deletes the directory of `relative` with whatever is left in it.
+    /// An object store has no directories: once its objects are deleted a prefix is gone. A
+    /// local directory keeps the (empty) directories its files were in, and the temporary
+    /// files (`<name>#<n>`) of writes that a crash interrupted, which LocalFileSystem neither
+    /// lists nor deletes; without this, every flush would leave a directory tree behind.
+    fn remove_local_dir(&self, relative: &str) -> Result<(), SinkError> {
+        let Some(directory) = &self.directory else {
+            return Ok(());
+        };
+        let path = directory.join(relative);
+        match fs::remove_dir_all(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("delete", &path)(e)),
+        }
+    }
+
+    /// [`Storage::update`] where the store has conditional updates (S3, in-memory): read with
+    /// the ETag, then a put only if the object still has that ETag (`PutMode::Update`, S3's
+    /// `If-Match`; `PutMode::Create` when it was absent), again from the read when another
+    /// writer changed it in between.
+    fn update_conditional(&self, relative: &str, update: &mut Update<'_>) -> Result<(), SinkError> {
+        let key = self.key(relative);
+        for _ in 0..ATTEMPTS {
+            let (store, target) = (self.store.clone(), key.clone());
+            let current = self.block("read", &key, async move {
+                match store.get(&target).await {
+                    Ok(got) => {
+                        let version = UpdateVersion {
+                            e_tag: got.meta.e_tag.clone(),
+                            version: got.meta.version.clone(),
+                        };
+                        Ok(Some((got.bytes().await?.to_vec(), version)))
+                    }
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })?;
+            let Some(bytes) = update(current.as_ref().map(|(bytes, _)| bytes.as_slice()))? else {
+                return Ok(());
+            };
+            let mode = match current {
+                Some((_, version)) => PutMode::Update(version),
+                None => PutMode::Create,
+            };
+            let (store, target) = (self.store.clone(), key.clone());
+            let written = self.block("update", &key, async move {
+                match store
+                    .put_opts(&target, PutPayload::from(bytes), PutOptions::from(mode))
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    // Another writer changed it since the read: read it again.
+                    Err(
+                        object_store::Error::AlreadyExists { .. }
+                        | object_store::Error::Precondition { .. },
+                    ) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })?;
+            if written {
+                return Ok(());
+            }
+        }
+        Err(SinkError::Unsupported {
+            url: self.location(&key),
+            problem: format!("{ATTEMPTS} conditional updates in a row lost to other writers"),
+        })
+    }
+
+    /// [`Storage::update`] on a local directory, where LocalFileSystem has no `PutMode::Update`:
+    /// the read and the put (a new file renamed over the old, fsynced, so a reader sees one or
+    /// the other, whole) run under an exclusive `flock` of a lock file of the name's own under
+    /// `_featurelog/locks/`. The kernel releases the lock when its holder exits however it
+    /// exits; a lock file that is merely created would outlive a `kill -9` and stop every
+    /// writer.
+    fn update_locked(
+        &self,
+        directory: &Path,
+        relative: &str,
+        update: &mut Update<'_>,
+    ) -> Result<(), SinkError> {
+        let lock_path = directory.join(format!(
+            "_featurelog/locks/{}",
+            path_segment(relative, b'.')
+        ));
+        if let Some(dir) = lock_path.parent() {
+            fs::create_dir_all(dir).map_err(io("create", dir))?;
+        }
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io("create", &lock_path))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| io("lock", &lock_path)(e.into()))?;
+        let current = if self.exists(relative)? {
+            Some(self.get(relative)?)
+        } else {
+            None
+        };
+        if let Some(bytes) = update(current.as_deref())? {
+            self.put(relative, bytes)?;
+        }
+        // Released when `lock` is closed, after the new content is durable.
+        drop(lock);
+        Ok(())
+    }
 }
 
-impl Storage for Remote {
-    /// Refuses a store that ignores conditional PUTs: the fence between two owners of a task
+impl Storage for Store {
+    /// Refuses a store that ignores conditional puts: the fence between two owners of a task
     /// depends on them (and some S3-compatible servers silently overwrite instead).
     fn check(&self) -> Result<(), SinkError> {
         let probe = format!("_featurelog/probe/{}", self.writer);
         let refused = refuses_overwrite(self, &probe, &self.writer)?;
-        let key = self.key(&probe);
-        let store = self.store.clone();
-        let target = key.clone();
-        self.block("delete", &key, async move { store.delete(&target).await })?;
+        self.delete_key(&self.key(&probe))?;
         if refused {
             Ok(())
         } else {
@@ -143,15 +274,35 @@ impl Storage for Remote {
     }
 
     fn describe(&self, relative: &str) -> PathBuf {
-        PathBuf::from(self.location(&self.key(relative)))
+        match &self.directory {
+            Some(directory) => directory.join(relative),
+            None => PathBuf::from(self.location(&self.key(relative))),
+        }
     }
 
     fn update(&self, relative: &str, update: &mut Update<'_>) -> Result<(), SinkError> {
-        update_remote(self, relative, update)
+        match &self.directory {
+            Some(directory) => self.update_locked(directory, relative, update),
+            None => self.update_conditional(relative, update),
+        }
     }
 
+    /// One ranged read.
     fn tail(&self, relative: &str, len: usize) -> Result<Vec<u8>, SinkError> {
-        tail_remote(self, relative, len)
+        let key = self.key(relative);
+        let (store, target) = (self.store.clone(), key.clone());
+        self.block("read", &key, async move {
+            let options = object_store::GetOptions {
+                range: Some(object_store::GetRange::Suffix(len as u64)),
+                ..Default::default()
+            };
+            Ok(store
+                .get_opts(&target, options)
+                .await?
+                .bytes()
+                .await?
+                .to_vec())
+        })
     }
 
     fn staging(&self, task: &str, epoch: u64) -> String {
@@ -221,26 +372,23 @@ impl Storage for Remote {
 
     fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
         let (from, to) = (self.key(staged), self.key(visible));
-        let store = self.store.clone();
-        let (f, t) = (from.clone(), to.clone());
-        // A server-side copy: the visible object appears complete, or not at all.
-        let copied = self.block("copy", &from, async move {
-            match store.copy(&f, &t).await {
+        let (store, f, t) = (self.store.clone(), from.clone(), to.clone());
+        // The visible name appears complete, or not at all: rename(2) of a local file (with
+        // both directories fsynced), a server-side copy then a delete on S3.
+        self.block("rename", &from, async move {
+            match store.rename(&f, &t).await {
                 Ok(()) => Ok(true),
+                // Gone from staging: published by a concurrent roll forward, or lost (the
+                // caller tells them apart by the visible name).
                 Err(object_store::Error::NotFound { .. }) => Ok(false),
                 Err(e) => Err(e),
             }
-        })?;
-        if copied {
-            let (store, f) = (self.store.clone(), from.clone());
-            self.block("delete", &from, async move {
-                match store.delete(&f).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            })?;
-        }
-        Ok(copied)
+        })
+    }
+
+    fn clean(&self, staging: &str) -> Result<(), SinkError> {
+        // Every staged file was renamed away: only a local directory's directories are left.
+        self.remove_local_dir(staging)
     }
 
     fn discard(&self, task: &str, committed: u64) -> Result<(), SinkError> {
@@ -258,6 +406,13 @@ impl Storage for Remote {
                 self.delete_key(&key)?;
             }
         }
+        if self.directory.is_some() {
+            for name in self.children(&dir)?.0 {
+                if staging_epoch(&name).is_some_and(|e| e <= committed) {
+                    self.remove_local_dir(&format!("{dir}/{name}"))?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -266,19 +421,61 @@ impl Storage for Remote {
     }
 }
 
-impl Remote {
-    fn delete_key(&self, key: &ObjectPath) -> Result<(), SinkError> {
-        let (store, target) = (self.store.clone(), key.clone());
-        self.block("delete", key, async move {
-            match store.delete(&target).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(e),
-            }
-        })
-    }
+/// Conditional puts lost to other writers before giving up: each loss means another writer
+/// added columns in between, which happens a few times at most when new columns arrive.
+const ATTEMPTS: usize = 100;
+
+fn start_runtime(url: &str) -> Result<Runtime, SinkError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("featurelog-dataset-io")
+        .enable_all()
+        .build()
+        .map_err(io("start the I/O runtime of", Path::new(url)))?;
+    Ok(Runtime(Some(runtime)))
 }
 
 impl Dataset {
+    fn with_store(root: PathBuf, store: Store, options: SinkOptions) -> Self {
+        Self {
+            writer: store.writer.clone(),
+            storage: Arc::new(store),
+            root,
+            options,
+            complete: Arc::default(),
+            oldest: Arc::default(),
+            columns: Arc::default(),
+            common_metadata: Arc::default(),
+        }
+    }
+
+    /// A dataset rooted at the local directory `root` (created if missing), through
+    /// object_store's `LocalFileSystem` with fsync on.
+    pub fn open(root: impl Into<PathBuf>, options: SinkOptions) -> Result<Self, SinkError> {
+        let root = root.into();
+        fs::create_dir_all(root.join(paths::CHECKPOINTS)).map_err(|e| {
+            // ENOTDIR names neither the file nor the setting: say which file is in the way.
+            paths::file_in_the_way(&root).unwrap_or_else(|| io("create", &root)(e))
+        })?;
+        let local = LocalFileSystem::new_with_prefix(&root)
+            .map_err(|source| SinkError::Store {
+                action: "open",
+                location: root.display().to_string(),
+                source,
+            })?
+            .with_fsync(true);
+        let url = root.display().to_string();
+        let store = Store {
+            store: Arc::new(local),
+            runtime: start_runtime(&url)?,
+            url,
+            prefix: String::new(),
+            directory: Some(root.clone()),
+            writer: new_writer(),
+        };
+        Ok(Self::with_store(root, store, options))
+    }
+
     /// A dataset under `prefix` of `store`; `url` (e.g. `s3://bucket`) names the store in
     /// messages. Makes no request: [`Dataset::check`] verifies the store.
     pub fn open_object_store(
@@ -289,113 +486,21 @@ impl Dataset {
     ) -> Result<Self, SinkError> {
         let url = url.trim_end_matches('/').to_owned();
         let prefix = prefix.trim_matches('/').to_owned();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("featurelog-dataset-io")
-            .enable_all()
-            .build()
-            .map_err(io("start the I/O runtime of", Path::new(&url)))?;
         let root = if prefix.is_empty() {
             PathBuf::from(&url)
         } else {
             PathBuf::from(format!("{url}/{prefix}"))
         };
-        let writer = new_writer();
-        Ok(Self {
-            storage: Arc::new(Remote {
-                store,
-                url,
-                prefix,
-                writer: writer.clone(),
-                runtime: Runtime(Some(runtime)),
-            }),
-            root,
-            options,
-            complete: Arc::default(),
-            oldest: Arc::default(),
-            writer,
-            columns: Arc::default(),
-            common_metadata: Arc::default(),
-        })
+        let store = Store {
+            store,
+            runtime: start_runtime(&url)?,
+            url,
+            prefix,
+            directory: None,
+            writer: new_writer(),
+        };
+        Ok(Self::with_store(root, store, options))
     }
-}
-
-/// Conditional PUTs lost to other writers before giving up: each loss means another writer
-/// added columns in between, which happens a few times at most when new columns arrive.
-const ATTEMPTS: usize = 100;
-
-/// [`Storage::update`] on an object store: read with its ETag, then a PUT only if the object
-/// still has that ETag (`If-Match`; `If-None-Match: *` when it was absent), again from the read
-/// when another writer changed it in between.
-fn update_remote(
-    remote: &Remote,
-    relative: &str,
-    update: &mut Update<'_>,
-) -> Result<(), SinkError> {
-    let key = remote.key(relative);
-    for _ in 0..ATTEMPTS {
-        let (store, target) = (remote.store.clone(), key.clone());
-        let current = remote.block("read", &key, async move {
-            match store.get(&target).await {
-                Ok(got) => {
-                    let version = UpdateVersion {
-                        e_tag: got.meta.e_tag.clone(),
-                        version: got.meta.version.clone(),
-                    };
-                    Ok(Some((got.bytes().await?.to_vec(), version)))
-                }
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })?;
-        let Some(bytes) = update(current.as_ref().map(|(bytes, _)| bytes.as_slice()))? else {
-            return Ok(());
-        };
-        let mode = match current {
-            Some((_, version)) => PutMode::Update(version),
-            None => PutMode::Create,
-        };
-        let (store, target) = (remote.store.clone(), key.clone());
-        let written = remote.block("update", &key, async move {
-            match store
-                .put_opts(&target, PutPayload::from(bytes), PutOptions::from(mode))
-                .await
-            {
-                Ok(_) => Ok(true),
-                // Another writer changed it since the read: read it again.
-                Err(
-                    object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. },
-                ) => Ok(false),
-                Err(e) => Err(e),
-            }
-        })?;
-        if written {
-            return Ok(());
-        }
-    }
-    Err(SinkError::Unsupported {
-        url: remote.location(&key),
-        problem: format!("{ATTEMPTS} conditional updates in a row lost to other writers"),
-    })
-}
-
-/// The last `len` bytes of an object: one ranged GET.
-fn tail_remote(remote: &Remote, relative: &str, len: usize) -> Result<Vec<u8>, SinkError> {
-    let key = remote.key(relative);
-    let (store, target) = (remote.store.clone(), key.clone());
-    remote.block("read", &key, async move {
-        let options = object_store::GetOptions {
-            range: Some(object_store::GetRange::Suffix(len as u64)),
-            ..Default::default()
-        };
-        Ok(store
-            .get_opts(&target, options)
-            .await?
-            .bytes()
-            .await?
-            .to_vec())
-    })
 }
 
 #[cfg(test)]
@@ -484,6 +589,43 @@ mod tests {
         // Recovering again changes nothing.
         assert_eq!(ds.recover("t-0").unwrap(), Some(cp));
         assert_eq!(visible(&keys(&store)), expected);
+    }
+
+    #[test]
+    fn on_a_local_directory_a_name_is_the_file_name_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        ds.check().unwrap();
+        // A hive-escaped model partition: readers decode it once, so no `%` may be escaped.
+        let name = "model=ranker%20b%2F2/dt=2024-01-01/a b#c.parquet";
+        ds.storage
+            .put(&format!("_x/{name}"), b"v".to_vec())
+            .unwrap();
+        assert!(ds.storage.publish(&format!("_x/{name}"), name).unwrap());
+        assert_eq!(fs::read(dir.path().join(name)).unwrap(), b"v");
+        let (dirs, _) = ds.storage.children("").unwrap();
+        assert!(
+            dirs.contains(&"model=ranker%20b%2F2".to_string()),
+            "{dirs:?}"
+        );
+        let (_, files) = ds
+            .storage
+            .children("model=ranker%20b%2F2/dt=2024-01-01")
+            .unwrap();
+        assert_eq!(files, ["a b#c.parquet"]);
+        assert!(ds.storage.exists(name).unwrap());
+        // Created once; the update in place holds the lock file's directory only.
+        assert!(ds.storage.create("_x/once", b"1".to_vec()).unwrap());
+        assert!(!ds.storage.create("_x/once", b"2".to_vec()).unwrap());
+        assert_eq!(ds.storage.get("_x/once").unwrap(), b"1");
+        ds.storage
+            .update("_x/once", &mut |old| {
+                Ok(Some([old.unwrap(), b"+"].concat()))
+            })
+            .unwrap();
+        assert_eq!(ds.storage.tail("_x/once", 1).unwrap(), b"+");
+        // Gone from staging: not published again.
+        assert!(!ds.storage.publish(&format!("_x/{name}"), name).unwrap());
     }
 
     #[test]
