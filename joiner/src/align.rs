@@ -13,7 +13,7 @@
 //! change: the join runs on event time, whatever the order in which records are read.
 
 use rdkafka::TopicPartitionList;
-use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{Consumer, ConsumerContext};
 
 use crate::state::InputTimes;
 
@@ -161,11 +161,11 @@ impl Alignment {
     }
 }
 
-/// Tells `consumer` the changes for a task's partitions `partition` of `topics` (feature logs,
-/// events). A change the consumer refuses (the partition was revoked meanwhile) is logged: the
-/// next owner starts unpaused.
-pub fn apply<C: ConsumerContext>(
-    consumer: &StreamConsumer<C>,
+/// Tells `consumer` (any of rdkafka's consumers) the changes for a task's partitions
+/// `partition` of `topics` (feature logs, events). A change the consumer refuses (the
+/// partition was revoked meanwhile) is logged: the next owner starts unpaused.
+pub fn apply<C: ConsumerContext + 'static>(
+    consumer: &impl Consumer<C>,
     topics: [&str; 2],
     partition: i32,
     changes: &[Change],

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientContext, TopicPartitionList};
 
@@ -39,7 +39,7 @@ pub(super) struct JoinContext {
 
 /// Returns the consumer's fatal error, if it has one.
 pub(super) fn fatal(
-    consumer: &StreamConsumer<JoinContext>,
+    consumer: &BaseConsumer<JoinContext>,
     what: &'static str,
 ) -> Result<(), JoinError> {
     match consumer.client().fatal_error() {
@@ -80,7 +80,7 @@ impl ConsumerContext for JoinContext {
         }
     }
 
-    fn pre_rebalance(&self, _: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             if let Some(producer) = self.router.get() {
                 // The router's open transaction holds events and offsets of partitions that
@@ -126,7 +126,7 @@ pub(super) fn group_consumer(
     topics: &[&str],
     extra: &[(&str, &str)],
     (creating, subscribing): (&'static str, &'static str),
-) -> Result<StreamConsumer<JoinContext>, JoinError> {
+) -> Result<BaseConsumer<JoinContext>, JoinError> {
     let instance = static_member_id(&config.instance_name(), topics);
     let mut settings = vec![
         ("group.id", group),
@@ -143,7 +143,7 @@ pub(super) fn group_consumer(
         // session.timeout.ms (static members do not leave the group when they close).
         settings.push(("group.instance.id", &instance));
     }
-    let consumer: StreamConsumer<JoinContext> = config
+    let consumer: BaseConsumer<JoinContext> = config
         .kafka
         .client_config(&settings)
         .create_with_context(JoinContext::default())

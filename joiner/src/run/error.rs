@@ -141,6 +141,15 @@ pub enum JoinError {
         /// The panic's message.
         message: String,
     },
+    /// A stage's thread could not be started (the process is out of threads or memory).
+    #[error("the {stage} could not start its thread: {source}")]
+    Thread {
+        /// Which stage.
+        stage: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The metrics endpoint could not listen.
     #[error("cannot listen on {addr} for /metrics (is another process using the port?)")]
     Bind {

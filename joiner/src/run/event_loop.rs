@@ -1,6 +1,7 @@
-//! The join stage's loop: one task per partition of the feature-log topic and of the events
-//! input. It joins each record as it comes ([`receive`]), commits and keeps time on a tick
-//! ([`tick`]), and commits every task once more at shutdown.
+//! The join stage's loop, on the stage's own thread: one task per partition of the
+//! feature-log topic and of the events input. It joins each record as it comes
+//! ([`receive`]), commits and keeps time on a tick ([`tick`]), and commits every task once more
+//! at shutdown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,13 +13,16 @@ use super::error::JoinError;
 use super::flush::commit_monitoring;
 use super::join::{Join, Running};
 use super::record::receive;
+use super::thread::Ticks;
 use super::tick::tick;
 use crate::config::JoinerConfig;
 use crate::metrics::JoinMetrics;
 use crate::sink::Dataset;
 
 /// The join stage: one task per partition of the feature-log topic and the repartition topic.
-pub(super) async fn join(
+/// Polls the consumer (which also serves its rebalances and statistics) until the next tick
+/// is due, and runs the tick when it is; returns after the last commit at `shutdown`.
+pub(super) fn join(
     config: Arc<JoinerConfig>,
     dataset: Dataset,
     partitions: i32,
@@ -41,13 +45,17 @@ pub(super) async fn join(
         partitions_checked: Instant::now(),
         markers: None,
     };
-    let mut ticks = tokio::time::interval(join.config.output.flush_interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = Ticks::new(join.config.output.flush_interval);
     loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return stop(&join, &mut running),
-            _ = ticks.tick() => tick(&join, &mut running).await?,
-            message = join.consumer.recv() => receive(&join, &mut running, message)?,
+        if shutdown.is_cancelled() {
+            return stop(&join, &mut running);
+        }
+        if ticks.due() {
+            tick(&join, &mut running)?;
+            continue;
+        }
+        if let Some(message) = join.consumer.poll(ticks.poll_timeout()) {
+            receive(&join, &mut running, message)?;
         }
     }
 }

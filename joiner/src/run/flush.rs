@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -116,7 +116,7 @@ pub(super) fn flush(
 /// Kafka's committed offsets are for lag monitoring only; the checkpoints are the truth. They
 /// never run ahead of a checkpoint: only committed positions are written.
 pub(super) fn commit_monitoring(
-    consumer: &StreamConsumer<JoinContext>,
+    consumer: &BaseConsumer<JoinContext>,
     tasks: &HashMap<i32, Task>,
     topics: &Inputs<String>,
 ) {

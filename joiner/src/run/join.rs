@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::BaseProducer;
 
@@ -26,7 +26,7 @@ pub(super) struct Join {
     pub(super) config: Arc<JoinerConfig>,
     pub(super) dataset: Dataset,
     pub(super) metrics: Arc<JoinMetrics>,
-    pub(super) consumer: StreamConsumer<JoinContext>,
+    pub(super) consumer: BaseConsumer<JoinContext>,
     pub(super) dead_letters: BaseProducer,
     /// The topics the tasks read: the feature-log topic, and the router's repartition topic or
     /// the events topic itself when it is co-partitioned with the feature logs.
@@ -53,7 +53,7 @@ pub(super) struct Running {
     pub(super) event_sources: u32,
     pub(super) partitions_checked: Instant,
     /// The completeness markers' pass in flight.
-    pub(super) markers: Option<tokio::task::JoinHandle<MarkerPass>>,
+    pub(super) markers: Option<std::thread::JoinHandle<MarkerPass>>,
 }
 
 /// What a pass of the completeness markers returns: the hours it marked complete.
@@ -159,21 +159,19 @@ impl Join {
 
     /// Task `p` as its latest checkpoint left it.
     pub(super) fn recover(&self, p: i32, event_sources: u32) -> Result<Task, JoinError> {
-        tokio::task::block_in_place(|| recover(&self.dataset, p, &self.config, event_sources))
+        recover(&self.dataset, p, &self.config, event_sources)
     }
 
     /// Commits `task`; false when another owner committed it first.
     pub(super) fn flush(&self, task: &mut Task) -> Result<bool, JoinError> {
-        tokio::task::block_in_place(|| {
-            flush(
-                &self.dataset,
-                task,
-                self.partitioning,
-                self.completeness_lag,
-                &self.metrics,
-                &self.dead_letters,
-            )
-        })
+        flush(
+            &self.dataset,
+            task,
+            self.partitioning,
+            self.completeness_lag,
+            &self.metrics,
+            &self.dead_letters,
+        )
     }
 
     /// Replaces task `p`, which another owner committed first, by one from that owner's
@@ -185,16 +183,14 @@ impl Join {
         event_sources: u32,
     ) -> Result<(), JoinError> {
         tasks.remove(&p);
-        if let Some(task) = tokio::task::block_in_place(|| {
-            follow_fence(
-                &self.consumer,
-                &self.dataset,
-                p,
-                &self.config,
-                event_sources,
-                &self.topics,
-            )
-        })? {
+        if let Some(task) = follow_fence(
+            &self.consumer,
+            &self.dataset,
+            p,
+            &self.config,
+            event_sources,
+            &self.topics,
+        )? {
             tasks.insert(p, task);
         }
         Ok(())

@@ -1,9 +1,12 @@
 //! The joiner's Kafka runtime (docs/JOINER.md): the router stage, which moves app events to the
 //! repartition topic keyed by request id inside Kafka transactions, and the join stage, which
 //! runs one task per partition and commits rows, state and offsets together through the
-//! dataset's checkpoints.
+//! dataset's checkpoints. Each stage runs on a thread of its own, a loop that polls its
+//! consumer and calls the dataset and librdkafka's blocking calls directly; [`run`] is async
+//! for its callers (it also serves the metrics endpoint) and awaits the stages' threads.
 //!
-//! - `start`: the checks before either stage runs; `supervise`: a stage's panic or fence.
+//! - `start`: the checks before either stage runs; `supervise`: a stage's panic or fence;
+//!   `thread`: the stages' threads and the waits that end at shutdown.
 //! - `router`, `router_progress`, `router_txn`, `repartition`: the router stage and the
 //!   records it writes to the repartition topic.
 //! - `event_loop` over `join`: the join stage, its `tick` and its steps for each `record`; a
@@ -29,6 +32,7 @@ mod supervise;
 mod task;
 #[cfg(test)]
 mod tests;
+mod thread;
 mod tick;
 
 use std::sync::Arc;
@@ -43,7 +47,8 @@ use crate::metrics::JoinMetrics;
 use event_loop::join;
 use router::router;
 use start::{Started, start};
-use supervise::{restarting_after_fences, router_outcome};
+use supervise::restarting_after_fences;
+use thread::on_thread;
 
 /// Runs the router and the join until `shutdown`; returns the first error of either. The
 /// metrics endpoint answers from the first moment: `/healthz` 200 and `/readyz` 503 while the
@@ -104,45 +109,56 @@ async fn serve(
     let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
 
     let stop = shutdown.child_token();
+    // The stages' threads end at their next turn when this future is dropped, as they do at
+    // shutdown (after their last commit), instead of running on unawaited.
+    let _stop_on_drop = stop.clone().drop_guard();
     let router = (!direct).then(|| {
-        let (config, metrics, stop) = (config.clone(), metrics.clone(), stop.clone());
-        tokio::spawn(async move {
-            restarting_after_fences(&metrics, || {
-                router(config.clone(), partitions, metrics.clone(), stop.clone())
+        restarting_after_fences(&metrics, || {
+            let (config, metrics, stop) = (config.clone(), metrics.clone(), stop.clone());
+            on_thread("featurelog-router", "router", move || {
+                router(config, partitions, metrics, stop)
             })
-            .await
         })
     });
+    // A task reading its events partition directly has that one source of event time.
+    let event_sources = if direct {
+        1
+    } else {
+        u32::try_from(event_sources).unwrap_or(0)
+    };
     let join = restarting_after_fences(&metrics, || {
-        join(
+        let (config, dataset, metrics, stop) = (
             config.clone(),
             dataset.clone(),
-            partitions,
-            // A task reading its events partition directly has that one source of event time.
-            if direct {
-                1
-            } else {
-                u32::try_from(event_sources).unwrap_or(0)
-            },
-            held_in_topic,
             metrics.clone(),
             stop.clone(),
-        )
+        );
+        on_thread("featurelog-join", "join stage", move || {
+            join(
+                config,
+                dataset,
+                partitions,
+                event_sources,
+                held_in_topic,
+                metrics,
+                stop,
+            )
+        })
     });
     // Whichever stage ends first, on an error or not, the other stops too: a router that
     // failed alone would leave the join waiting for events forever, looking healthy.
     let (joined, routed) = match router {
         None => (join.await, Ok(())),
-        Some(mut router) => {
+        Some(router) => {
             tokio::pin!(join);
+            tokio::pin!(router);
             tokio::select! {
                 joined = &mut join => {
                     stop.cancel();
-                    (joined, router_outcome((&mut router).await))
+                    (joined, router.await)
                 }
                 routed = &mut router => {
                     stop.cancel();
-                    let routed = router_outcome(routed);
                     if let Err(err) = &routed {
                         tracing::error!(%err, "the router stopped; stopping the join stage too");
                     }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
 use super::error::JoinError;
 
@@ -16,7 +16,7 @@ pub(super) const PARTITIONS_CHECK: Duration = Duration::from_secs(10);
 /// record came from, when that is what raised the question. A broker that does not answer is
 /// no answer: the next check asks again.
 pub(super) fn check_partitions<C: ConsumerContext>(
-    consumer: &StreamConsumer<C>,
+    consumer: &BaseConsumer<C>,
     topic: &str,
     partitions: i32,
     seen: Option<i32>,
@@ -41,7 +41,7 @@ pub(super) fn check_partitions<C: ConsumerContext>(
 /// loop waits for the answer, and during a broker outage a longer wait on every check would
 /// hold up its commits for nothing.
 pub(super) fn partitions_now<C: ConsumerContext>(
-    consumer: &StreamConsumer<C>,
+    consumer: &BaseConsumer<C>,
     topic: &str,
 ) -> Option<i32> {
     consumer
@@ -57,7 +57,7 @@ pub(super) fn partitions_now<C: ConsumerContext>(
 
 /// The partitions of `topic` assigned to this member.
 pub(super) fn assigned_partitions<C: ConsumerContext>(
-    consumer: &StreamConsumer<C>,
+    consumer: &BaseConsumer<C>,
     topic: &str,
 ) -> Vec<i32> {
     consumer.assignment().map_or_else(

@@ -5,7 +5,7 @@
 use std::cell::OnceCell;
 
 use rdkafka::TopicPartitionList;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::consumer::JoinContext;
 use super::inputs::Inputs;
@@ -63,12 +63,12 @@ pub(super) fn wall_clock_us() -> i64 {
 /// for every task, a record at most once, and only when read-ahead alignment needs them.
 /// Nothing is consumed while one is in use, so the positions cannot move meanwhile.
 pub(super) struct Positions<'a> {
-    consumer: &'a StreamConsumer<JoinContext>,
+    consumer: &'a BaseConsumer<JoinContext>,
     list: OnceCell<Option<TopicPartitionList>>,
 }
 
 impl<'a> Positions<'a> {
-    pub(super) fn new(consumer: &'a StreamConsumer<JoinContext>) -> Self {
+    pub(super) fn new(consumer: &'a BaseConsumer<JoinContext>) -> Self {
         Self {
             consumer,
             list: OnceCell::new(),

@@ -45,14 +45,12 @@ pub(super) fn receive(
         Input::Events
     };
     if input == Input::Features && p >= join.partitions {
-        tokio::task::block_in_place(|| {
-            check_partitions(
-                &join.consumer,
-                &join.topics.features,
-                join.partitions,
-                Some(p),
-            )
-        })?;
+        check_partitions(
+            &join.consumer,
+            &join.topics.features,
+            join.partitions,
+            Some(p),
+        )?;
     }
     let task = match running.tasks.entry(p) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use featurelog_kafka::KafkaConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -215,7 +215,7 @@ pub(super) fn recover(
 /// partitions move to the checkpoint's offsets. Without the seek, the records between those
 /// offsets and where this consumer had read to would never be read by the new task.
 pub(super) fn follow_fence<C: ConsumerContext>(
-    consumer: &StreamConsumer<C>,
+    consumer: &BaseConsumer<C>,
     dataset: &Dataset,
     p: i32,
     config: &JoinerConfig,

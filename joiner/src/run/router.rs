@@ -1,6 +1,6 @@
 //! The router stage: moves app events to the repartition topic, keyed by request id, exactly
-//! once. Its loop reads events, reports its progress on a tick, and commits what it routed
-//! with the offsets it read in one Kafka transaction.
+//! once. Its loop, on the stage's own thread, reads events, reports its progress on a tick,
+//! and commits what it routed with the offsets it read in one Kafka transaction.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use featurelog_kafka::KafkaConfig;
 use prost::Message as _;
 use rdkafka::Message;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -24,12 +24,18 @@ use super::repartition::{
 use super::router_progress::{Source, router_progress};
 use super::router_txn::{after_revoke, commit_router};
 use super::task::{decode_event, in_sample};
+use super::thread::Ticks;
 use crate::config::JoinerConfig;
 use crate::dead_letter::dead_letter;
 use crate::metrics::JoinMetrics;
 
-/// Moves app events to the repartition topic, keyed by request id, exactly once.
-pub(super) async fn router(
+/// How often the router reports its progress and commits what it routed.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Moves app events to the repartition topic, keyed by request id, exactly once. Polls the
+/// consumer (which also serves its rebalances and statistics) until the next tick is due, and
+/// runs the tick when it is; returns after the last commit at `shutdown`.
+pub(super) fn router(
     config: Arc<JoinerConfig>,
     partitions: i32,
     metrics: Arc<JoinMetrics>,
@@ -37,12 +43,17 @@ pub(super) async fn router(
 ) -> Result<(), JoinError> {
     let router = Router::start(config, partitions, metrics, shutdown)?;
     let mut routing = Routing::default();
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut ticks = Ticks::new(TICK);
     loop {
-        tokio::select! {
-            _ = router.shutdown.cancelled() => return router.stop(&mut routing),
-            _ = tick.tick() => router.tick(&mut routing)?,
-            message = router.consumer.recv() => router.route(&mut routing, message)?,
+        if router.shutdown.is_cancelled() {
+            return router.stop(&mut routing);
+        }
+        if ticks.due() {
+            router.tick(&mut routing)?;
+            continue;
+        }
+        if let Some(message) = router.consumer.poll(ticks.poll_timeout()) {
+            router.route(&mut routing, message)?;
         }
     }
 }
@@ -53,7 +64,7 @@ struct Router {
     partitions: i32,
     metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
-    consumer: StreamConsumer<JoinContext>,
+    consumer: BaseConsumer<JoinContext>,
     producer: Arc<BaseProducer>,
     repartition: String,
 }
@@ -111,11 +122,9 @@ impl Router {
             .create()
             .map_err(client("creating the router producer"))?;
         let producer = Arc::new(producer);
-        {
-            let p = producer.clone();
-            tokio::task::block_in_place(move || p.init_transactions(Duration::from_secs(60)))
-                .map_err(client("initialising transactions"))?;
-        }
+        producer
+            .init_transactions(Duration::from_secs(60))
+            .map_err(client("initialising transactions"))?;
         producer
             .begin_transaction()
             .map_err(client("beginning a transaction"))?;
@@ -150,7 +159,7 @@ impl Router {
 
     /// Sends what was routed and the progress made, and commits them with their offsets.
     fn tick(&self, routing: &mut Routing) -> Result<(), JoinError> {
-        // A fatal error is not always handed to `recv` (the client's error callback may take
+        // A fatal error is not always handed to `poll` (the client's error callback may take
         // it): looked for here too, or the router would wait on a dead consumer for ever.
         fatal(&self.consumer, "router consumer")?;
         if after_revoke(&self.producer, &self.consumer, &self.shutdown)? {

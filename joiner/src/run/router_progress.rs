@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::consumer::JoinContext;
@@ -38,7 +38,7 @@ impl Source {
 /// merely behind never reports idle, however long the router takes (a transaction coordinator
 /// loading, a backlog on another partition): that is what keeps its events' windows open.
 pub(super) fn router_progress(
-    consumer: &StreamConsumer<JoinContext>,
+    consumer: &BaseConsumer<JoinContext>,
     topics: &[String],
     sources: &mut HashMap<i32, Source>,
     idle: Duration,
@@ -93,22 +93,21 @@ pub(super) fn router_progress(
 /// The committed offset of a partition the router has read nothing of (its low watermark when
 /// none is committed, as `auto.offset.reset = earliest` reads it).
 pub(super) fn start_offset(
-    consumer: &StreamConsumer<JoinContext>,
+    consumer: &BaseConsumer<JoinContext>,
     topic: &str,
     partition: i32,
 ) -> Option<i64> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(topic, partition);
-    let committed =
-        tokio::task::block_in_place(|| consumer.committed_offsets(tpl, Duration::from_secs(10)))
-            .ok()?;
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .ok()?;
     match committed.find_partition(topic, partition)?.offset() {
         Offset::Offset(o) => Some(o),
         _ => {
-            let (low, _) = tokio::task::block_in_place(|| {
-                consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))
-            })
-            .ok()?;
+            let (low, _) = consumer
+                .fetch_watermarks(topic, partition, Duration::from_secs(10))
+                .ok()?;
             Some(low)
         }
     }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::consumer::JoinContext;
 use super::error::{JoinError, client};
+use super::thread::wait_unless_shutdown;
 
 /// Commits the router's open transaction with its input offsets; on an abortable error
 /// (a rebalance fenced the offsets), aborts and rewinds the consumer to what is committed.
@@ -21,7 +22,7 @@ use super::error::{JoinError, client};
 /// asks, or until shutdown: giving up there would stop the joiner over a passing outage.
 pub(super) fn commit_router(
     producer: &BaseProducer,
-    consumer: &StreamConsumer<JoinContext>,
+    consumer: &BaseConsumer<JoinContext>,
     next: &mut HashMap<(String, i32), i64>,
     shutdown: &CancellationToken,
 ) -> Result<bool, JoinError> {
@@ -32,25 +33,12 @@ pub(super) fn commit_router(
             .map_err(client("building router offsets"))?;
     }
     next.clear();
-    let result = tokio::task::block_in_place(|| {
-        let metadata = consumer.group_metadata().ok_or(RdKafkaError::Canceled)?;
-        retrying(
-            shutdown,
-            "adding the router's offsets to its transaction",
-            || producer.send_offsets_to_transaction(&offsets, &metadata, TXN_TIMEOUT),
-        )?;
-        retrying(shutdown, "committing a router transaction", || {
-            producer.commit_transaction(TXN_TIMEOUT)
-        })
-    });
-    let committed = match result {
+    let committed = match commit_with_offsets(producer, consumer, &offsets, shutdown) {
         Ok(()) => true,
         Err(RdKafkaError::Transaction(e)) if e.txn_requires_abort() => {
             tracing::warn!(error = %e, "router transaction aborted; rewinding to committed offsets");
-            tokio::task::block_in_place(|| {
-                retrying(shutdown, "aborting a router transaction", || {
-                    featurelog_kafka::txn::abort_transaction(producer, TXN_TIMEOUT)
-                })
+            retrying(shutdown, "aborting a router transaction", || {
+                featurelog_kafka::txn::abort_transaction(producer, TXN_TIMEOUT)
             })
             .map_err(client("aborting a transaction"))?;
             rewind(consumer, shutdown)?;
@@ -64,8 +52,30 @@ pub(super) fn commit_router(
     Ok(committed)
 }
 
+/// Adds `offsets` to the open transaction and commits it, each step retried (see
+/// [`retrying`]).
+fn commit_with_offsets(
+    producer: &BaseProducer,
+    consumer: &BaseConsumer<JoinContext>,
+    offsets: &TopicPartitionList,
+    shutdown: &CancellationToken,
+) -> rdkafka::error::KafkaResult<()> {
+    let metadata = consumer.group_metadata().ok_or(RdKafkaError::Canceled)?;
+    retrying(
+        shutdown,
+        "adding the router's offsets to its transaction",
+        || producer.send_offsets_to_transaction(offsets, &metadata, TXN_TIMEOUT),
+    )?;
+    retrying(shutdown, "committing a router transaction", || {
+        producer.commit_transaction(TXN_TIMEOUT)
+    })
+}
+
 /// How long one attempt of a transaction step may take.
 pub(super) const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a retriable failure waits before the step is tried again (less at shutdown).
+const RETRY_AFTER: Duration = Duration::from_millis(500);
 
 /// Runs `step` again while it fails with a retriable transaction error, until `shutdown`.
 pub(super) fn retrying(
@@ -84,7 +94,8 @@ pub(super) fn retrying(
                     return Err(RdKafkaError::Transaction(e));
                 }
                 tracing::warn!(error = %e, attempt, "{what}: retrying");
-                std::thread::sleep(Duration::from_millis(500));
+                // Cut short by a shutdown: the next failure then returns.
+                wait_unless_shutdown(shutdown, RETRY_AFTER);
             }
             // rust-rdkafka's commit first flushes the transaction's records, which may not
             // all be delivered within one attempt during an outage.
@@ -105,7 +116,7 @@ pub(super) fn retrying(
 /// is gone, and positions restart from committed offsets.
 pub(super) fn after_revoke(
     producer: &BaseProducer,
-    consumer: &StreamConsumer<JoinContext>,
+    consumer: &BaseConsumer<JoinContext>,
     shutdown: &CancellationToken,
 ) -> Result<bool, JoinError> {
     use std::sync::atomic::Ordering;
@@ -114,13 +125,11 @@ pub(super) fn after_revoke(
         return Ok(false);
     }
     if context.abort_pending.load(Ordering::SeqCst) {
-        tokio::task::block_in_place(|| {
-            retrying(
-                shutdown,
-                "aborting the router transaction of a rebalance",
-                || featurelog_kafka::txn::abort_transaction(producer, TXN_TIMEOUT),
-            )
-        })
+        retrying(
+            shutdown,
+            "aborting the router transaction of a rebalance",
+            || featurelog_kafka::txn::abort_transaction(producer, TXN_TIMEOUT),
+        )
         .map_err(client("aborting a transaction"))?;
         context.abort_pending.store(false, Ordering::SeqCst);
         producer
@@ -134,20 +143,19 @@ pub(super) fn after_revoke(
 /// Seeks every assigned partition back to its committed offset. A broker that does not answer
 /// is asked again (the positions must move back before anything else is routed).
 pub(super) fn rewind(
-    consumer: &StreamConsumer<JoinContext>,
+    consumer: &BaseConsumer<JoinContext>,
     shutdown: &CancellationToken,
 ) -> Result<(), JoinError> {
     let assignment = consumer
         .assignment()
         .map_err(client("reading the assignment"))?;
     let committed = loop {
-        match tokio::task::block_in_place(|| {
-            consumer.committed_offsets(assignment.clone(), Duration::from_secs(30))
-        }) {
+        match consumer.committed_offsets(assignment.clone(), Duration::from_secs(30)) {
             Ok(committed) => break committed,
             Err(err) if !shutdown.is_cancelled() && consumer.client().fatal_error().is_none() => {
                 tracing::warn!(%err, "reading committed offsets to rewind the router: retrying");
-                std::thread::sleep(Duration::from_millis(500));
+                // Cut short by a shutdown: the next failure then returns.
+                wait_unless_shutdown(shutdown, RETRY_AFTER);
             }
             Err(err) => return Err(client("reading committed offsets")(err)),
         }

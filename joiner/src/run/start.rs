@@ -155,8 +155,8 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
 }
 
 /// Runs start-up's dataset requests on a blocking thread. During an object-store outage each
-/// request retries for minutes; on a runtime thread (`block_in_place`) that held up the
-/// start-up's `select!`, so SIGTERM waited for the retries to give up.
+/// request retries for minutes: run on the task that awaits the start-up's `select!`, they
+/// would make SIGTERM wait for the retries to give up.
 pub(super) async fn start_up_io<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, JoinError> + Send + 'static,
 ) -> Result<T, JoinError> {

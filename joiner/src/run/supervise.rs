@@ -1,21 +1,15 @@
 //! Supervision of the two stages: a stage's panic becomes an error that stops the process,
-//! and a stage fenced by the group coordinator starts again with a new consumer while the
-//! fences are few.
+//! and a stage fenced by the group coordinator starts again (on a new thread, with a new
+//! consumer) while the fences are few.
 
 use std::time::{Duration, Instant};
 
 use super::error::JoinError;
+use super::thread::panic_message;
 use crate::metrics::JoinMetrics;
 
-/// The router task's result, its panic as an error.
-pub(super) fn router_outcome(
-    result: Result<Result<(), JoinError>, tokio::task::JoinError>,
-) -> Result<(), JoinError> {
-    outcome("router", result, || Ok(()))
-}
-
-/// A task's result, its panic as an error of `stage`; `cancelled` when the task was cancelled
-/// (only at runtime shutdown).
+/// A blocking task's result, its panic as an error of `stage`; `cancelled` when the task was
+/// cancelled (only at runtime shutdown).
 pub(super) fn outcome<T>(
     stage: &'static str,
     result: Result<Result<T, JoinError>, tokio::task::JoinError>,
@@ -23,15 +17,10 @@ pub(super) fn outcome<T>(
 ) -> Result<T, JoinError> {
     match result {
         Ok(done) => done,
-        Err(err) if err.is_panic() => {
-            let panic = err.into_panic();
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(JoinError::Panicked { stage, message })
-        }
+        Err(err) if err.is_panic() => Err(JoinError::Panicked {
+            stage,
+            message: panic_message(err.into_panic().as_ref()),
+        }),
         Err(_) => cancelled(),
     }
 }

@@ -1,8 +1,8 @@
 //! Unit tests of the runtime's pure parts: where held logs are kept, static member ids, stage
-//! supervision, the repartition topic's partitioner and records, a checkpoint's events
+//! supervision and threads, the repartition topic's partitioner and records, a checkpoint's events
 //! partitioning, and a task's named inputs.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use featurelog_kafka::admin::TopicRetention;
 use prost::Message as _;
@@ -13,8 +13,9 @@ use super::inputs::Inputs;
 use super::recover::same_partitioning;
 use super::repartition::{RoutedEvents, murmur2_partition, to_impression};
 use super::start::choose_held_logs;
-use super::supervise::{FENCES_ALLOWED, restarting_after_fences, router_outcome};
+use super::supervise::{FENCES_ALLOWED, restarting_after_fences};
 use super::task::events_key;
+use super::thread::{Ticks, on_thread, wait_unless_shutdown};
 use crate::align::Input;
 use crate::config::{EventsPartitioning, HeldLogs};
 use crate::event::{self, Event, EventKind};
@@ -69,14 +70,60 @@ fn static_member_ids_are_legal_and_change_with_the_topics_read() {
 }
 
 #[tokio::test]
-async fn a_router_that_panics_stops_the_joiner_with_an_error() {
-    let panicked = tokio::spawn(async { panic!("poison record") }).await;
-    let err = router_outcome(panicked).unwrap_err();
+async fn a_stage_that_panics_on_its_thread_stops_the_joiner_with_an_error() {
+    let err = on_thread("test-router", "router", || -> Result<(), JoinError> {
+        panic!("poison record")
+    })
+    .await
+    .unwrap_err();
     assert!(
         matches!(&err, JoinError::Panicked { stage: "router", message } if message == "poison record"),
         "{err}"
     );
-    assert!(router_outcome(Ok(Ok(()))).is_ok());
+    let named = on_thread("test-router", "router", || {
+        Ok(std::thread::current().name().map(str::to_owned))
+    })
+    .await;
+    assert_eq!(named.unwrap().as_deref(), Some("test-router"));
+}
+
+#[tokio::test]
+async fn a_retry_wait_ends_at_shutdown_not_at_its_timeout() {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let started = Instant::now();
+    assert!(!wait_unless_shutdown(&shutdown, Duration::from_millis(50)));
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    let waiting = {
+        let shutdown = shutdown.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            (
+                wait_unless_shutdown(&shutdown, Duration::from_secs(60)),
+                started.elapsed(),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    shutdown.cancel();
+    let (stopped, waited) = waiting.join().unwrap();
+    assert!(stopped);
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    // Already cancelled: no wait at all.
+    assert!(wait_unless_shutdown(&shutdown, Duration::from_secs(60)));
+}
+
+#[test]
+fn ticks_are_due_at_once_then_every_interval_without_piling_up() {
+    let every = Duration::from_millis(40);
+    let mut ticks = Ticks::new(every);
+    assert!(ticks.due());
+    assert!(!ticks.due());
+    assert!(ticks.poll_timeout() <= every);
+    std::thread::sleep(every * 4);
+    // Four intervals late: one tick, and the next a whole interval on.
+    assert!(ticks.due());
+    assert!(!ticks.due());
+    assert!(ticks.poll_timeout() > every / 2);
 }
 
 fn fenced() -> JoinError {

@@ -1,6 +1,6 @@
 //! The join stage's tick, every `output.flush-interval`: checks the partition counts, moves
 //! the watermarks of quiet partitions, keeps each task's inputs aligned, commits every task,
-//! reports the metrics and starts the completeness markers' next pass.
+//! reports the metrics and starts the completeness markers' next pass (on a thread of its own).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,11 +12,12 @@ use super::join::{Join, MarkerPass, Running};
 use super::partitions::{PARTITIONS_CHECK, assigned_partitions, check_partitions, partitions_now};
 use super::reading::{Positions, wall_clock_us};
 use super::task::Task;
+use super::thread::{panic_message, spawn_named};
 use crate::align::Input;
 use crate::state::Row;
 
 /// One tick of the join stage, its steps in order.
-pub(super) async fn tick(join: &Join, running: &mut Running) -> Result<(), JoinError> {
+pub(super) fn tick(join: &Join, running: &mut Running) -> Result<(), JoinError> {
     fatal(&join.consumer, "join consumer")?;
     join.drop_revoked(&mut running.tasks);
     if running.partitions_checked.elapsed() >= PARTITIONS_CHECK {
@@ -35,7 +36,7 @@ pub(super) async fn tick(join: &Join, running: &mut Running) -> Result<(), JoinE
     commit_tasks(join, running)?;
     commit_monitoring(&join.consumer, &running.tasks, &join.topics);
     report_metrics(join, &mut running.tasks);
-    mark_complete(join, &mut running.markers).await;
+    mark_complete(join, &mut running.markers);
     join.dead_letters.poll(Duration::ZERO);
     Ok(())
 }
@@ -43,9 +44,7 @@ pub(super) async fn tick(join: &Join, running: &mut Running) -> Result<(), JoinE
 /// Stops on a feature-log topic that gained partitions; follows an events topic that did.
 fn check_partition_counts(join: &Join, running: &mut Running) -> Result<(), JoinError> {
     let consumer = &join.consumer;
-    tokio::task::block_in_place(|| {
-        check_partitions(consumer, &join.topics.features, join.partitions, None)
-    })?;
+    check_partitions(consumer, &join.topics.features, join.partitions, None)?;
     // Apps may add partitions to their events topic: the router reads them (once its metadata
     // shows them) and every task's watermark waits for them, so that their events are not late
     // for a watermark that moved on without them. (Co-partitioned events are refused per event
@@ -54,13 +53,11 @@ fn check_partition_counts(join: &Join, running: &mut Running) -> Result<(), Join
         return Ok(());
     }
     let events_topic = &join.config.input.events_topic;
-    let now = tokio::task::block_in_place(|| {
-        events_topic
-            .names()
-            .iter()
-            .map(|t| partitions_now(consumer, t))
-            .sum::<Option<i32>>()
-    });
+    let now = events_topic
+        .names()
+        .iter()
+        .map(|t| partitions_now(consumer, t))
+        .sum::<Option<i32>>();
     let was = running.event_sources;
     if let Some(now) = now.and_then(|n| u32::try_from(n).ok()).filter(|&n| n > was) {
         tracing::warn!(topic = %events_topic.joined(), was, now, "the events topic gained partitions: windows wait for the router to read them");
@@ -168,27 +165,32 @@ fn report_metrics(join: &Join, tasks: &mut HashMap<i32, Task>) {
 
 /// Starts a pass of the completeness markers when none is running, after logging how the last
 /// one went. Markers are best effort and may take long (a listing and a request per new hour;
-/// minutes of retries while the store is unreachable): they run beside the join, one pass at a
-/// time, so that reading Kafka never waits for them. A pass rolls forward only committed
-/// checkpoints, as another process's would.
-async fn mark_complete(join: &Join, markers: &mut Option<tokio::task::JoinHandle<MarkerPass>>) {
+/// minutes of retries while the store is unreachable): they run beside the join on a thread of
+/// their own, one pass at a time, so that reading Kafka never waits for them. A pass rolls
+/// forward only committed checkpoints, as another process's would.
+fn mark_complete(join: &Join, markers: &mut Option<std::thread::JoinHandle<MarkerPass>>) {
     if !markers
         .as_ref()
-        .is_none_or(tokio::task::JoinHandle::is_finished)
+        .is_none_or(std::thread::JoinHandle::is_finished)
     {
         return;
     }
     if let Some(done) = markers.take() {
-        match done.await {
+        match done.join() {
             Ok(Ok(marked)) if !marked.is_empty() => tracing::info!(?marked, "hours complete"),
             Ok(Ok(_)) => {}
             Ok(Err(err)) => tracing::warn!(%err, "completeness markers"),
-            Err(err) => tracing::warn!(%err, "completeness markers stopped"),
+            Err(panic) => {
+                tracing::warn!(panic = %panic_message(panic.as_ref()), "completeness markers stopped");
+            }
         }
     }
     let (dataset, all_tasks) = (join.dataset.clone(), join.all_tasks.clone());
     let completeness_lag = join.completeness_lag;
-    *markers = Some(tokio::task::spawn_blocking(move || {
+    match spawn_named("featurelog-markers", move || {
         dataset.mark_complete(&all_tasks, completeness_lag)
-    }));
+    }) {
+        Ok(pass) => *markers = Some(pass),
+        Err(err) => tracing::warn!(%err, "completeness markers: no thread for a pass"),
+    }
 }
