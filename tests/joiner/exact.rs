@@ -189,7 +189,8 @@ pub(super) async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one
     // The uninterrupted run copies held feature logs into its state files; the others refer to
     // them by offset in the feature-log topic (the broker keeps records for a week), so the
     // restarts read them back from Kafka.
-    let single_config = s.joiner_config("single", &s.kafka.unique_group("single"), &single_out);
+    let single_group = s.kafka.unique_group("single");
+    let single_config = s.joiner_config("single", &single_group, &single_out);
     set_held_logs(&single_config, "state-files");
     let single = Joiner::start(&single_config);
     let pair_group = s.kafka.unique_group("pair");
@@ -197,7 +198,8 @@ pub(super) async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one
         s.joiner_config("pair-a", &pair_group, &pair_out),
         s.joiner_config("pair-b", &pair_group, &pair_out),
     );
-    let crash_config = s.joiner_config("crash", &s.kafka.unique_group("crash"), &crash_out);
+    let crash_group = s.kafka.unique_group("crash");
+    let crash_config = s.joiner_config("crash", &crash_group, &crash_out);
     // The restarted run and the pair keep only two checkpoints per task, so that pruning runs
     // through every kill and rebalance (the fence must hold with the old epochs gone).
     for config in [&crash_config, &pair_config_a, &pair_config_b] {
@@ -236,12 +238,18 @@ pub(super) async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one
     );
     let crash = Joiner::start(&crash_config);
 
-    let single_rows = wait_for_rows(&single_out, s.expected.len(), "single").await;
+    wait_for_rows(&single_out, s.expected.len(), "single").await;
     let crash_rows = wait_for_rows(&crash_out, s.expected.len(), "killed and restarted").await;
     let pair_rows = wait_for_rows(&pair_out, s.expected.len(), "two in one group").await;
-    // Let any stray duplicate surface before comparing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    check_exact(&single_rows, &s.expected, "single");
+    let k = &s.kafka.config;
+    for (group, out) in [
+        (&single_group, &single_out),
+        (&crash_group, &crash_out),
+        (&pair_group, &pair_out),
+    ] {
+        wait_checkpointed_in(k, &s.features, &repartition_topic(group), out).await;
+    }
+    check_exact(&read_dataset(&single_out), &s.expected, "single");
     check_exact(
         &read_dataset(&crash_out),
         &s.expected,
@@ -462,7 +470,7 @@ pub(super) async fn co_partitioned_events_join_directly_exactly_once_and_misplac
         "co-partitioned, killed and restarted",
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_checkpointed_in(&s.kafka.config, &s.features, &s.events, &out).await;
     check_exact(
         &read_dataset(&out),
         &s.expected,
@@ -576,7 +584,8 @@ pub(super) async fn held_logs_the_topic_deleted_are_counted_lost_and_the_others_
     };
     let s = setup(kafka, 8, 1).await;
     let out = s.dir.path().join("lost");
-    let config = s.joiner_config("lost", &s.kafka.unique_group("lost"), &out);
+    let group = s.kafka.unique_group("lost");
+    let config = s.joiner_config("lost", &group, &out);
     set_held_logs(&config, "topic");
     let metrics = serve_metrics_on_a_known_port(&config);
 
@@ -633,8 +642,13 @@ pub(super) async fn held_logs_the_topic_deleted_are_counted_lost_and_the_others_
         &format!("featurelog_join_outcomes_total{{name=\"lost_on_restore\"}} {lost}"),
     )
     .await;
-    // Let a stray row surface before comparing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_checkpointed_in(
+        &s.kafka.config,
+        &s.features,
+        &repartition_topic(&group),
+        &out,
+    )
+    .await;
     check_exact(&read_dataset(&out), &expected, "after losing held logs");
     drop(joiner);
 }

@@ -97,8 +97,7 @@ pub(super) async fn on_s3_sigkill_and_restarts_keep_every_row_exactly_once() {
         read_s3_dataset(&s3, &prefix)
     })
     .await;
-    // Let any stray duplicate surface before comparing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_checkpointed_on_s3(&s, &s3, &prefix, &config).await;
     check_exact(
         &read_s3_dataset(&s3, &prefix).await,
         &s.expected,
@@ -350,8 +349,13 @@ pub(super) async fn a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_o
     )
     .await;
     exits.extend(after);
-    // Let any stray duplicate surface before comparing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_checkpointed_in(
+        &s.kafka.config,
+        &s.features,
+        &repartition_topic(&group_of(&config)),
+        &out,
+    )
+    .await;
     check_exact(&read_dataset(&out), &s.expected, "after the broker restart");
     assert_eq!(exits, vec![], "the joiner rides through a broker restart");
     let ready = http_get(metrics, "/readyz").unwrap_or_default();
@@ -388,7 +392,13 @@ pub(super) async fn a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_o
         "started without a broker, the joiner exited {} times",
         exits.len()
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_checkpointed_in(
+        &s.kafka.config,
+        &s.features,
+        &repartition_topic(&group_of(&config)),
+        &out,
+    )
+    .await;
     check_exact(&read_dataset(&out), &s.expected, "started without a broker");
     assert!(joiner.terminate().success());
 }
@@ -493,7 +503,7 @@ pub(super) async fn on_s3_an_outage_of_the_store_loses_and_duplicates_no_row() {
     // whose request outlasts object_store's retries stops the joiner, otherwise it rides
     // through.
     eprintln!("store outage: the joiner exited {} times", exits.len());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_checkpointed_on_s3(&s, &s3, &prefix, &config).await;
     check_exact(
         &read_s3_dataset(&s3, &prefix).await,
         &s.expected,
@@ -550,7 +560,7 @@ pub(super) async fn on_s3_lost_answers_to_conditional_puts_are_taken_for_what_th
     .await;
     exits.extend(after);
     assert!(!proxy.losing(), "a checkpoint went through the proxy");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_checkpointed_on_s3(&s, &s3, &prefix, &config).await;
     check_exact(
         &read_s3_dataset(&s3, &prefix).await,
         &s.expected,

@@ -621,3 +621,142 @@ async fn events_outside_the_sidecars_sample(name: &str, by_request: bool) {
     .await;
     assert!(joiner.terminate().success());
 }
+
+/// The offset after the last record of each partition of `topic` that a `read_committed`
+/// consumer receives (0 for a partition without one): transaction markers and aborted records
+/// are past it, so a joiner that read everything stands there.
+fn record_ends(kafka: &KafkaConfig, topic: &str) -> Vec<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::{Message as _, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = kafka
+        .client_config(&[
+            ("group.id", "featurelog-test-ends"),
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "true"),
+            ("isolation.level", "read_committed"),
+        ])
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let partitions = metadata.topics()[0].partitions().len();
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition_offset(topic, p as i32, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let mut ends = vec![0; partitions];
+    let mut at_end = vec![false; partitions];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while at_end.contains(&false) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reading {topic} to its end"
+        );
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => ends[m.partition() as usize] = m.offset() + 1,
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => at_end[p as usize] = true,
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+    ends
+}
+
+/// Waits until the joiner has checkpointed every record of its inputs: the latest checkpoint of
+/// each task of `features` in the dataset `open` opens reads on from the last record of its
+/// feature-log partition and of its partition of `events_input` (the repartition topic, or the
+/// co-partitioned events topic). Rows come only from records read and become visible only
+/// through a checkpoint, so from then on the dataset stays as it is: a comparison made then
+/// would see any stray duplicate.
+async fn wait_checkpointed(
+    kafka: &KafkaConfig,
+    features: &str,
+    events_input: &str,
+    open: impl Fn() -> featurelog_joiner::sink::Dataset + Send + 'static,
+    what: &str,
+) {
+    let (kafka, features, events_input) =
+        (kafka.clone(), features.to_owned(), events_input.to_owned());
+    let what = what.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let dataset = open();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let (feature_ends, event_ends) = (
+                record_ends(&kafka, &features),
+                record_ends(&kafka, &events_input),
+            );
+            let behind: Vec<String> = (0..feature_ends.len())
+                .filter_map(|p| {
+                    let task = format!("{features}-{p}");
+                    let read = dataset
+                        .latest_checkpoint(&task)
+                        .unwrap()
+                        .map_or((0, 0), |c| {
+                            // `events`, or `events-topic` when co-partitioned.
+                            let events = c.offsets.iter().find(|(k, _)| *k != "features");
+                            (c.offsets["features"], events.map_or(0, |(_, o)| *o))
+                        });
+                    let end = (feature_ends[p], event_ends.get(p).copied().unwrap_or(0));
+                    (read.0 < end.0 || read.1 < end.1)
+                        .then(|| format!("{task} at {read:?} of {end:?}"))
+                })
+                .collect();
+            if behind.is_empty() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: not every record checkpointed after 120 s: {behind:?}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// [`wait_checkpointed`] for a dataset in a local directory whose join reads `events_input`
+/// ([`repartition_topic`] of its group, or the co-partitioned events topic).
+async fn wait_checkpointed_in(kafka: &KafkaConfig, features: &str, events_input: &str, out: &Path) {
+    let out = out.to_owned();
+    let open = move || {
+        featurelog_joiner::sink::Dataset::open(
+            &out,
+            featurelog_joiner::sink::SinkOptions::default(),
+        )
+        .unwrap()
+    };
+    wait_checkpointed(kafka, features, events_input, open, "local dataset").await;
+}
+
+/// The repartition topic the router of `group` writes and its join tasks read.
+fn repartition_topic(group: &str) -> String {
+    format!("{group}.impressions-by-request")
+}
+
+/// The consumer group a joiner config names.
+fn group_of(config: &Path) -> String {
+    let text = std::fs::read_to_string(config).unwrap();
+    let table: toml::Table = text.parse().unwrap();
+    table["group"].as_str().unwrap().to_owned()
+}
+
+/// [`wait_checkpointed`] for the routed joiner of `config`, its dataset under `prefix` on `s3`.
+async fn wait_checkpointed_on_s3(s: &Setup, s3: &TestS3, prefix: &str, config: &Path) {
+    let (store, url, prefix) = (s3.store(), format!("s3://{}", s3.bucket), prefix.to_owned());
+    let open = move || {
+        featurelog_joiner::sink::Dataset::open_object_store(
+            store.clone(),
+            &url,
+            &prefix,
+            featurelog_joiner::sink::SinkOptions::default(),
+        )
+        .unwrap()
+    };
+    let events = repartition_topic(&group_of(config));
+    wait_checkpointed(&s.kafka.config, &s.features, &events, open, "dataset on S3").await;
+}

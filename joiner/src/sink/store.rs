@@ -52,8 +52,7 @@ impl Drop for Runtime {
 /// The dataset's storage: an object store under a key prefix. Every write is a single put,
 /// visible complete or not at all; create-if-absent is `PutMode::Create`; publishing is a
 /// `rename`. The protocol's steps are synchronous, so the requests run on a small runtime of
-/// the dataset's own, which works from plain threads and from the joiner's `block_in_place`
-/// sections alike.
+/// the dataset's own, which works from any plain thread, the joiner's stage threads included.
 #[derive(Debug)]
 struct Store {
     store: Arc<dyn ObjectStore>,
