@@ -309,7 +309,7 @@ async fn main() -> anyhow::Result<()> {
         decode_cpu / join_cpu
     );
     println!(
-        "join CPU by thread (threads alive at the end): librdkafka {:.2} s, the rest (join loop on the main thread, tokio workers, metrics) {:.2} s",
+        "join CPU by thread (threads alive at the end): librdkafka {:.2} s, the rest (the join and router threads, the dataset's runtime, tokio workers, metrics) {:.2} s",
         librdkafka_cpu, rest_cpu
     );
     println!(
