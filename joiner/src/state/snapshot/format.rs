@@ -4,7 +4,7 @@
 
 pub(super) use featurelog_schemas::featurelog::state::v1::{
     EarlyLabel as SnapEarly, Emitted as SnapEmitted, HeldFeatures as SnapFeature,
-    Pending as SnapPending, StateHeader as SnapshotHeader, early_label::Kind as EarlyKind,
+    StateHeader as SnapshotHeader, early_label::Kind as EarlyKind,
 };
 
 use crate::event::EventKind;

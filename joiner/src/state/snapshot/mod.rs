@@ -9,6 +9,7 @@
 use super::JoinState;
 
 mod format;
+mod pending;
 mod restore;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Snapshot;
-use super::format::{SnapEmitted, SnapFeature, SnapPending, SnapshotHeader, early_of};
+use super::format::{SnapEmitted, SnapFeature, SnapshotHeader};
+use super::pending::encode_pending;
 use crate::log::ServedLog;
 use crate::state::{HashMap, JoinState};
 
@@ -111,23 +112,8 @@ impl JoinState {
                 .iter()
                 .map(|r| offset_of(r).unwrap_or(-1))
                 .collect(),
-            pending: self
-                .pending
-                .iter()
-                .map(|((r, i), p)| SnapPending {
-                    request_id: r.clone(),
-                    item_id: i.clone(),
-                    impression_us: p.impression_us,
-                    first_us: p.first_us,
-                    clicks: p.labels.clicks,
-                    conversions: p.labels.conversions,
-                    other: p.labels.other.clone(),
-                    values: p.labels.values.clone(),
-                    matched_row: p.matched.as_ref().map(|(_, row)| *row as u64),
-                    event_ids: p.event_ids.clone(),
-                    early: p.early.iter().map(early_of).collect(),
-                })
-                .collect(),
+            // Encoded below, straight from the table.
+            pending: Vec::new(),
             emitted: self
                 .emitted
                 .iter()
@@ -149,10 +135,16 @@ impl JoinState {
                 .map(|(s, b)| (*s, *b as u64))
                 .collect(),
         };
-        let mut out =
-            Vec::with_capacity(header.encoded_len() + new_bytes + 16 * new_logs.len() + 16);
+        // The header is the fields above, then the pending entries: a message's fields may come
+        // in any order, and a repeated field's entries concatenate.
+        let mut pending = Vec::new();
+        encode_pending(self.pending.iter(), &mut pending);
+        let header_len = header.encoded_len() + pending.len();
+        let mut out = Vec::with_capacity(header_len + new_bytes + 16 * new_logs.len() + 32);
+        let _ = prost::encode_length_delimiter(header_len, &mut out);
         // Writing to a Vec cannot fail.
-        let _ = header.encode_length_delimited(&mut out);
+        let _ = header.encode(&mut out);
+        out.extend_from_slice(&pending);
         // A log's bytes are its record's, as consumed: written as they are, length-delimited.
         for log in new_logs {
             let _ = prost::encode_length_delimiter(log.raw().len(), &mut out);
