@@ -7,7 +7,10 @@
 #   scripts/promtool.sh --path     build it if need be and print the binary's path
 #
 # The alerting rules' unit tests (compose/prometheus/alerts.test.yml) run through it in
-# tests/docs.rs; run them yourself after tuning a threshold.
+# tests/docs.rs; run them yourself after tuning a threshold. Beside it, from the same source
+# tree, it builds `promql-selects` (scripts/promql-selects/main.go: what each PromQL expression
+# selects, by Prometheus's own parser), through which tests/docs.rs checks that the rules and
+# the dashboard select only the series the services export.
 #
 # Environment:
 #   FEATURELOG_PROMTOOL_CACHE   where the binary lives (default ~/.cache/featurelog/promtool:
@@ -21,14 +24,19 @@ set -euo pipefail
 version=v0.305.0
 cache=${FEATURELOG_PROMTOOL_CACHE:-$HOME/.cache/featurelog/promtool}
 bin="$cache/promtool-$version/promtool"
+selects_src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/promql-selects/main.go"
+selects="$(dirname "$bin")/promql-selects"
+selects_sum=$(sha256sum "$selects_src" | cut -d' ' -f1)
 
 say() { printf 'promtool.sh: %s\n' "$*" >&2; }
 
 fetch() {
-  if [[ -x $bin ]]; then return; fi
+  if [[ -x $bin && -x $selects && $(cat "$selects.sha256" 2>/dev/null) == "$selects_sum" ]]; then
+    return
+  fi
   [[ -x /usr/local/go/bin/go ]] && export PATH=/usr/local/go/bin:$PATH
   command -v go >/dev/null || { say "go is not installed (promtool is built from source; go.dev/dl)"; exit 1; }
-  say "building promtool $version with go build (once; a few minutes) into $(dirname "$bin")"
+  say "building promtool and promql-selects ($version) with go build (once; a few minutes) into $(dirname "$bin")"
   local tmp="$cache/promtool-$version.tmp"
   rm -rf "$tmp"
   mkdir -p "$tmp"
@@ -42,12 +50,16 @@ fetch() {
   fi
   cp -R "$src" "$tmp/src"
   chmod -R u+w "$tmp/src"
-  if ! (cd "$tmp/src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/promtool" \
-    ./cmd/promtool) >>"$cache/go-install.log" 2>&1; then
+  mkdir -p "$tmp/src/cmd/promql-selects"
+  cp "$selects_src" "$tmp/src/cmd/promql-selects/main.go"
+  if ! (cd "$tmp/src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/" \
+    ./cmd/promtool ./cmd/promql-selects) >>"$cache/go-install.log" 2>&1; then
     say "go build failed:"; tail -n 40 "$cache/go-install.log" >&2; exit 1
   fi
   mkdir -p "$(dirname "$bin")"
   mv "$tmp/promtool" "$bin"
+  mv "$tmp/promql-selects" "$selects"
+  printf '%s\n' "$selects_sum" >"$selects.sha256"
   rm -rf "$tmp"
 }
 

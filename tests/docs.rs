@@ -2,7 +2,8 @@
 //! and of the config structs themselves), every metric the services register and every reason
 //! label value the code counts must be documented there, with the right environment variable
 //! and the right metric type; and the reference lists nothing that does not exist. The alerting
-//! rules (compose/prometheus/alerts.yml) select only what the services export, and fire as their
+//! rules (compose/prometheus/alerts.yml) and the dashboard select only what the services export,
+//! as Prometheus parses them, and the rules fire as their
 //! unit tests expect under Prometheus's own engine (promtool).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
@@ -525,42 +526,67 @@ type Matcher = (String, String, bool);
 
 /// What a PromQL expression selects: (metric, its matchers), and the labels it groups or
 /// matches by.
-#[derive(Default)]
 struct Selects {
     selectors: Vec<(String, Vec<Matcher>)>,
     grouping: BTreeSet<String>,
 }
 
-impl promql_parser::util::ExprVisitor for Selects {
-    type Error = std::convert::Infallible;
-    fn pre_visit(&mut self, expr: &promql_parser::parser::Expr) -> Result<bool, Self::Error> {
-        use promql_parser::label::MatchOp;
-        use promql_parser::parser::{Expr, LabelModifier, MatrixSelector};
-        let modifier_labels = |m: &LabelModifier| m.labels().labels.clone();
-        match expr {
-            Expr::VectorSelector(vs) | Expr::MatrixSelector(MatrixSelector { vs, .. }) => {
-                let matchers = vs.matchers.matchers.iter().map(|m| {
-                    (
-                        m.name.clone(),
-                        m.value.clone(),
-                        matches!(m.op, MatchOp::Equal),
-                    )
+/// Parses each `(what, text)` with Prometheus's own parser, through `promql-selects`
+/// (scripts/promql-selects/main.go), which scripts/promtool.sh builds beside `promtool` from
+/// the same source: the rules and the dashboard are read by the engine that evaluates them.
+/// Fails the test naming any expression that does not parse.
+fn parse_promql(promtool: &Path, exprs: &[(String, String)]) -> Vec<Selects> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let tool = promtool.with_file_name("promql-selects");
+    let mut child = Command::new(&tool)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (scripts/promtool.sh --path builds it)",
+                tool.display()
+            )
+        });
+    let texts: Vec<&str> = exprs.iter().map(|(_, text)| text.as_str()).collect();
+    let input = serde_json::to_vec(&texts).unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        tool.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let parsed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parsed.len(), exprs.len());
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        let items = v.as_array().unwrap().iter();
+        items.map(|s| s.as_str().unwrap().to_owned()).collect()
+    };
+    exprs
+        .iter()
+        .zip(parsed)
+        .map(|((what, text), p)| {
+            if let Some(error) = p["error"].as_str() {
+                panic!("{what}: {error}\n{text}");
+            }
+            let selectors = p["selectors"].as_array().unwrap().iter().map(|s| {
+                let matchers = s["matchers"].as_array().unwrap().iter().map(|m| {
+                    let label = m["label"].as_str().unwrap().to_owned();
+                    let value = m["value"].as_str().unwrap().to_owned();
+                    (label, value, m["equal"].as_bool().unwrap())
                 });
-                let name = vs.name.clone().unwrap_or_default();
-                self.selectors.push((name, matchers.collect()));
+                (s["metric"].as_str().unwrap().to_owned(), matchers.collect())
+            });
+            Selects {
+                selectors: selectors.collect(),
+                grouping: strings(&p["grouping"]).into_iter().collect(),
             }
-            Expr::Aggregate(a) => {
-                self.grouping
-                    .extend(a.modifier.iter().flat_map(modifier_labels));
-            }
-            Expr::Binary(b) => {
-                let matching = b.modifier.iter().filter_map(|m| m.matching.as_ref());
-                self.grouping.extend(matching.flat_map(modifier_labels));
-            }
-            _ => {}
-        }
-        Ok(true)
-    }
+        })
+        .collect()
 }
 
 /// What the PromQL of compose/ may select: the series the services export, the README that
@@ -592,18 +618,14 @@ impl Exported {
         }
     }
 
-    /// Parses `text` (of `what`, for messages) and checks what it selects; returns the labels
-    /// its series can carry, and the `up` jobs it selects. Problems go to `problems`.
+    /// Checks what an expression (`what`, for messages) selects; returns the labels its series
+    /// can carry, and the `up` jobs it selects. Problems go to `problems`.
     fn check(
         &self,
         what: &str,
-        text: &str,
+        selects: &Selects,
         problems: &mut Vec<String>,
     ) -> (BTreeSet<String>, BTreeSet<String>) {
-        let expr =
-            promql_parser::parser::parse(text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
-        let mut selects = Selects::default();
-        promql_parser::util::walk_expr(&mut selects, &expr).unwrap();
         let mut labels: BTreeSet<String> = ["instance", "job"].map(String::from).into();
         let mut up_jobs = BTreeSet::new();
         for (metric, matchers) in &selects.selectors {
@@ -700,26 +722,32 @@ fn dashboard_queries() -> Vec<(String, serde_json::Value, String)> {
 /// misspelt reason would never fire, and nothing else would tell.
 #[test]
 fn alerting_rules_select_only_exported_series_by_documented_labels() {
+    let Some(promtool) =
+        promtool("alerting_rules_select_only_exported_series_by_documented_labels")
+    else {
+        return;
+    };
     let exported = Exported::load();
+    let rules = alert_rules();
+    let exprs: Vec<(String, String)> = rules
+        .iter()
+        .map(|rule| {
+            let alert = rule["alert"].as_str().expect("every rule is an alert");
+            (alert.to_owned(), rule["expr"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let parsed = parse_promql(&promtool, &exprs);
     let mut names = BTreeSet::new();
     let mut up_jobs = BTreeSet::new();
     let mut problems = Vec::new();
-    for rule in &alert_rules() {
-        let alert = rule["alert"]
-            .as_str()
-            .expect("every rule is an alert")
-            .to_owned();
+    for ((rule, (alert, _)), selects) in rules.iter().zip(&exprs).zip(&parsed) {
         assert!(names.insert(alert.clone()), "{alert} twice");
-        if let Some(d) = rule["for"].as_str() {
-            promql_parser::util::parse_duration(d)
-                .unwrap_or_else(|e| panic!("{alert}: for {d}: {e}"));
-        }
         let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
         assert!(
             ["critical", "warning", "info"].contains(&severity),
             "{alert}: severity {severity:?}"
         );
-        let (labels, jobs) = exported.check(&alert, rule["expr"].as_str().unwrap(), &mut problems);
+        let (labels, jobs) = exported.check(alert, selects, &mut problems);
         up_jobs.extend(jobs);
         // `{{ $labels.x }}` in the annotations names a label the alert's series keep.
         for key in ["summary", "description"] {
@@ -743,6 +771,11 @@ fn alerting_rules_select_only_exported_series_by_documented_labels() {
 /// it reads from the datasource Grafana is provisioned with.
 #[test]
 fn the_dashboard_queries_only_exported_series_from_the_provisioned_datasource() {
+    let Some(promtool) =
+        promtool("the_dashboard_queries_only_exported_series_from_the_provisioned_datasource")
+    else {
+        return;
+    };
     let exported = Exported::load();
     let datasources = yaml_rust2::YamlLoader::load_from_str(&read(
         "compose/grafana/provisioning/datasources/prometheus.yml",
@@ -752,12 +785,17 @@ fn the_dashboard_queries_only_exported_series_from_the_provisioned_datasource() 
         .as_str()
         .unwrap()
         .to_owned();
+    let queries = dashboard_queries();
+    let exprs: Vec<(String, String)> = queries
+        .iter()
+        .map(|(title, _, expr)| (title.clone(), expr.clone()))
+        .collect();
+    let parsed = parse_promql(&promtool, &exprs);
     let mut problems = Vec::new();
-    let mut queries = 0;
     let mut metrics = BTreeSet::new();
-    for (title, target, expr) in &dashboard_queries() {
+    for ((title, target, expr), selects) in queries.iter().zip(&parsed) {
         assert_eq!(target["datasource"]["uid"], uid.as_str(), "{title}");
-        let (labels, _) = exported.check(title, expr, &mut problems);
+        let (labels, _) = exported.check(title, selects, &mut problems);
         let legend = target["legendFormat"].as_str().unwrap_or_default();
         for label in unknown_template_labels(legend, "{{", &labels) {
             problems.push(format!("{title}: legend names {label}"));
@@ -767,9 +805,9 @@ fn the_dashboard_queries_only_exported_series_from_the_provisioned_datasource() 
                 .filter(|w| w.starts_with("featurelog_"))
                 .map(str::to_owned),
         );
-        queries += 1;
     }
     assert!(problems.is_empty(), "{problems:#?}");
+    let queries = queries.len();
     assert!(
         queries >= 20 && metrics.len() >= 20,
         "{queries} queries of {metrics:?}"
