@@ -154,19 +154,41 @@ pub(super) async fn over_tls_and_scram_the_sidecar_and_joiner_write_exactly_the_
     assert_eq!(dead[0].payload, b"{not json");
 }
 
-/// A joiner still waiting for its brokers at start-up (here: none answers) stops at the first
-/// SIGTERM with success, instead of finishing its waits and then failing.
+/// A peer that accepts every TCP connection and never answers (a hung broker or store): its
+/// address, and a receiver that yields once the first connection has been accepted, which is
+/// how a test knows a client is waiting on it.
+pub(super) fn silent_peer() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (connected, first) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+            let _ = connected.send(());
+        }
+    });
+    (addr, first)
+}
+
+/// A joiner still waiting for its brokers at start-up (here: the one it knows takes the
+/// connection and never answers) stops at the first SIGTERM with success, instead of finishing
+/// its waits and then failing.
 #[test]
 pub(super) fn sigterm_during_start_up_stops_the_joiner_cleanly() {
     let dir = temp_dir();
     let config = dir.path().join("join.toml");
+    let (broker, connected) = silent_peer();
     std::fs::write(
         &config,
-        "[kafka]\nbootstrap-servers = \"127.0.0.1:1\"\n[input]\nevents-topic = \"events\"\n[output]\npath = \"data\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        format!("[kafka]\nbootstrap-servers = \"{broker}\"\n[input]\nevents-topic = \"events\"\n[output]\npath = \"data\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"),
     )
     .unwrap();
-    let joiner = Joiner::start(&config);
-    std::thread::sleep(Duration::from_secs(2));
+    let mut joiner = Joiner::start(&config);
+    connected
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the joiner asks its broker for metadata at start-up");
+    assert!(joiner.exited().is_none(), "it waits for the broker");
     let status = joiner.terminate();
     assert!(status.success(), "{status}");
 }
@@ -590,15 +612,7 @@ pub(super) async fn on_s3_sigterm_while_the_store_does_not_answer_at_start_up_st
         return;
     };
     let s = setup(kafka, 1, 1).await;
-    // A store that takes every connection and never answers.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_addr = silent.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for conn in silent.incoming() {
-            held.push(conn);
-        }
-    });
+    let (silent_addr, connected) = silent_peer();
     let via_silent = TestS3 {
         endpoint: format!("http://{silent_addr}"),
         ..s3.clone()
@@ -607,7 +621,10 @@ pub(super) async fn on_s3_sigterm_while_the_store_does_not_answer_at_start_up_st
     let config = s3_joiner_config(&s, &via_silent, "s3-start-up-silent", &prefix);
     let mut joiner = Joiner::start_with_env(&config, &via_silent.aws_env());
     // Past the topic checks, into the store's.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::task::spawn_blocking(move || connected.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("the joiner checks the store at start-up");
     assert!(joiner.exited().is_none(), "it waits for the store");
     Command::new("kill")
         .args(["-TERM", &joiner.0.id().to_string()])
