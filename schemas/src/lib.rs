@@ -10,11 +10,14 @@
 //! - [`schema_registry`]: Confluent Schema Registry's header in front of a record.
 //! - [`wire`]: the protobuf wire format walked by hand, and the field numbers of the messages
 //!   walked that way.
+//! - `testing` (feature `testing`): what the property tests of every decoder share.
 
 mod datatype;
 pub mod sampling;
 pub mod schema_registry;
 pub mod tensor;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod wire;
 
 /// The `FileDescriptorSet` protoc made of the protos compiled here, imports included (so

@@ -21,7 +21,6 @@
 //! re-encodings in `reencode`.
 
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
 
 mod feature_log;
 mod generators;
@@ -34,21 +33,7 @@ mod reencode;
 /// CI runs the same cases every time, and a longer local run can explore others. No
 /// regression files: a case found is kept as a unit test next to the decoder it broke.
 fn config(cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if let Some(n) = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-    {
-        config.cases = n;
-    }
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = RngSeed::Fixed(0x5eed_f00d_1e55_0001);
-    }
-    config
+    featurelog_schemas::testing::config(cases, 0x5eed_f00d_1e55_0001)
 }
 
 /// Events compared as values, errors by their reason (their texts name fields).

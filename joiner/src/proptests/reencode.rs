@@ -3,8 +3,7 @@
 //! walker cannot shape the inputs that are to find it. The field numbers are the wire module's
 //! names (checked against the protos by its tests).
 
-use std::collections::BTreeMap;
-
+use featurelog_schemas::testing::interleaved;
 use featurelog_schemas::wire::{feature, feature_log, values};
 use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
 
@@ -134,30 +133,6 @@ fn unknown(rng: &mut fastrand::Rng) -> Vec<u8> {
             group
         }
     }
-}
-
-/// Encoded fields in another order that keeps each field number's occurrences in theirs (a
-/// scalar's last occurrence wins, a repeated field's elements are in order, messages merge in
-/// order): the message prost reads is the same.
-fn interleaved(fields: Vec<(u32, Vec<u8>)>, rng: &mut fastrand::Rng) -> Vec<u8> {
-    let mut by_number: BTreeMap<u32, std::collections::VecDeque<Vec<u8>>> = BTreeMap::new();
-    for (n, f) in fields {
-        by_number.entry(n).or_default().push_back(f);
-    }
-    let mut out = Vec::new();
-    while !by_number.is_empty() {
-        let pick = rng.usize(..by_number.len());
-        let Some((&n, queue)) = by_number.iter_mut().nth(pick) else {
-            break;
-        };
-        if let Some(f) = queue.pop_front() {
-            out.extend(f);
-        }
-        if queue.is_empty() {
-            by_number.remove(&n);
-        }
-    }
-    out
 }
 
 /// `Values` re-encoded: its repeated fields packed or not, split, in another order, with

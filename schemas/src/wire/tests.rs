@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::RngSeed;
+
 use prost::Message;
 use prost::encoding::{
     DecodeContext, WireType as ProstWire, decode_key, decode_varint, skip_field,
@@ -358,21 +358,7 @@ fn the_cursor_helpers_read_a_stream_response() {
 // Properties: the walker against prost.
 
 fn config(cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if let Some(n) = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-    {
-        config.cases = n;
-    }
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = RngSeed::Fixed(0x5eed_f00d_31fe_0001);
-    }
-    config
+    crate::testing::config(cases, 0x5eed_f00d_31fe_0001)
 }
 
 /// A field as both walks see it: wire type as its number, offsets into the buffer.

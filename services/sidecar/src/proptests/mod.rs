@@ -29,7 +29,6 @@
 //! what a parse of a whole one reads in `rest_reference`.
 
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
 
 mod direct;
 mod framing;
@@ -47,19 +46,5 @@ mod stream;
 /// CI runs the same cases every time, and a longer local run can explore others. No
 /// regression files: a case found is kept as a unit test (at the end of its decoder's file).
 fn config(cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if let Some(n) = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-    {
-        config.cases = n;
-    }
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = RngSeed::Fixed(0x5eed_f00d_51de_ca75);
-    }
-    config
+    featurelog_schemas::testing::config(cases, 0x5eed_f00d_51de_ca75)
 }

@@ -1,6 +1,6 @@
 //! ModelInferRequest: valid encodings other than prost's, built on prost's own tokenizer.
 
-use std::collections::{BTreeMap, VecDeque};
+use featurelog_schemas::testing::interleaved;
 
 use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_varint};
 
@@ -82,29 +82,6 @@ fn unknown(rng: &mut fastrand::Rng) -> Vec<u8> {
             &(0..rng.usize(..6)).map(|_| rng.u8(..)).collect::<Vec<_>>(),
         ),
     }
-}
-
-/// Encoded fields in another order that keeps each field number's occurrences in theirs: the
-/// message prost reads is the same.
-fn interleaved(fields: Vec<(u32, Vec<u8>)>, rng: &mut fastrand::Rng) -> Vec<u8> {
-    let mut by_number: BTreeMap<u32, VecDeque<Vec<u8>>> = BTreeMap::new();
-    for (n, f) in fields {
-        by_number.entry(n).or_default().push_back(f);
-    }
-    let mut out = Vec::new();
-    while !by_number.is_empty() {
-        let pick = rng.usize(..by_number.len());
-        let Some((&n, queue)) = by_number.iter_mut().nth(pick) else {
-            break;
-        };
-        if let Some(f) = queue.pop_front() {
-            out.extend(f);
-        }
-        if queue.is_empty() {
-            by_number.remove(&n);
-        }
-    }
-    out
 }
 
 /// A tensor re-encoded: its shape packed, unpacked or in several runs, unknown fields, fields
