@@ -129,6 +129,7 @@ labels! {
     }
 }
 
+/// Each way a tensor fails to decode is a reason of its own: the variants pair one to one.
 impl From<&featurelog_schemas::tensor::TensorError> for Dropped {
     fn from(e: &featurelog_schemas::tensor::TensorError) -> Self {
         use featurelog_schemas::tensor::TensorError as T;
