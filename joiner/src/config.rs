@@ -244,6 +244,16 @@ impl JoinerConfig {
         format!("{}.impressions-by-request", self.group)
     }
 
+    /// The topic the join tasks read events from: the router's repartition topic, or the
+    /// events topic itself when it is co-partitioned with the feature logs.
+    pub fn join_events_topic(&self) -> String {
+        match self.input.events_partitioning {
+            // One topic: validation refuses several with co-partitioned events.
+            EventsPartitioning::ByRequestId => self.input.events_topic.names().concat(),
+            EventsPartitioning::Any => self.repartition_topic(),
+        }
+    }
+
     /// The instance name.
     pub fn instance_name(&self) -> String {
         self.instance

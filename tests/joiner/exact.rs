@@ -242,12 +242,8 @@ pub(super) async fn sigkill_restarts_and_two_processes_give_the_same_rows_as_one
     let crash_rows = wait_for_rows(&crash_out, s.expected.len(), "killed and restarted").await;
     let pair_rows = wait_for_rows(&pair_out, s.expected.len(), "two in one group").await;
     let k = &s.kafka.config;
-    for (group, out) in [
-        (&single_group, &single_out),
-        (&crash_group, &crash_out),
-        (&pair_group, &pair_out),
-    ] {
-        wait_checkpointed_in(k, &s.features, &repartition_topic(group), out).await;
+    for config in [&single_config, &crash_config, &pair_config_a] {
+        wait_checkpointed_in(k, &s.features, config).await;
     }
     check_exact(&read_dataset(&single_out), &s.expected, "single");
     check_exact(
@@ -470,7 +466,7 @@ pub(super) async fn co_partitioned_events_join_directly_exactly_once_and_misplac
         "co-partitioned, killed and restarted",
     )
     .await;
-    wait_checkpointed_in(&s.kafka.config, &s.features, &s.events, &out).await;
+    wait_checkpointed_in(&s.kafka.config, &s.features, &config).await;
     check_exact(
         &read_dataset(&out),
         &s.expected,
@@ -642,13 +638,7 @@ pub(super) async fn held_logs_the_topic_deleted_are_counted_lost_and_the_others_
         &format!("featurelog_join_outcomes_total{{name=\"lost_on_restore\"}} {lost}"),
     )
     .await;
-    wait_checkpointed_in(
-        &s.kafka.config,
-        &s.features,
-        &repartition_topic(&group),
-        &out,
-    )
-    .await;
+    wait_checkpointed_in(&s.kafka.config, &s.features, &config).await;
     check_exact(&read_dataset(&out), &expected, "after losing held logs");
     drop(joiner);
 }

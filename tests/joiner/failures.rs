@@ -371,13 +371,7 @@ pub(super) async fn a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_o
     )
     .await;
     exits.extend(after);
-    wait_checkpointed_in(
-        &s.kafka.config,
-        &s.features,
-        &repartition_topic(&group_of(&config)),
-        &out,
-    )
-    .await;
+    wait_checkpointed_in(&s.kafka.config, &s.features, &config).await;
     check_exact(&read_dataset(&out), &s.expected, "after the broker restart");
     assert_eq!(exits, vec![], "the joiner rides through a broker restart");
     let ready = http_get(metrics, "/readyz").unwrap_or_default();
@@ -414,13 +408,7 @@ pub(super) async fn a_kafka_broker_restart_mid_traffic_keeps_every_row_exactly_o
         "started without a broker, the joiner exited {} times",
         exits.len()
     );
-    wait_checkpointed_in(
-        &s.kafka.config,
-        &s.features,
-        &repartition_topic(&group_of(&config)),
-        &out,
-    )
-    .await;
+    wait_checkpointed_in(&s.kafka.config, &s.features, &config).await;
     check_exact(&read_dataset(&out), &s.expected, "started without a broker");
     assert!(joiner.terminate().success());
 }

@@ -719,10 +719,10 @@ async fn wait_checkpointed(
     .unwrap();
 }
 
-/// [`wait_checkpointed`] for a dataset in a local directory whose join reads `events_input`
-/// ([`repartition_topic`] of its group, or the co-partitioned events topic).
-async fn wait_checkpointed_in(kafka: &KafkaConfig, features: &str, events_input: &str, out: &Path) {
-    let out = out.to_owned();
+/// [`wait_checkpointed`] for the joiner of `config`, its dataset in a local directory.
+async fn wait_checkpointed_in(kafka: &KafkaConfig, features: &str, config: &Path) {
+    let config = featurelog_joiner::config::JoinerConfig::load(config).unwrap();
+    let out = config.output.path.clone();
     let open = move || {
         featurelog_joiner::sink::Dataset::open(
             &out,
@@ -730,19 +730,8 @@ async fn wait_checkpointed_in(kafka: &KafkaConfig, features: &str, events_input:
         )
         .unwrap()
     };
-    wait_checkpointed(kafka, features, events_input, open, "local dataset").await;
-}
-
-/// The repartition topic the router of `group` writes and its join tasks read.
-fn repartition_topic(group: &str) -> String {
-    format!("{group}.impressions-by-request")
-}
-
-/// The consumer group a joiner config names.
-fn group_of(config: &Path) -> String {
-    let text = std::fs::read_to_string(config).unwrap();
-    let table: toml::Table = text.parse().unwrap();
-    table["group"].as_str().unwrap().to_owned()
+    let events = config.join_events_topic();
+    wait_checkpointed(kafka, features, &events, open, "local dataset").await;
 }
 
 /// [`wait_checkpointed`] for the routed joiner of `config`, its dataset under `prefix` on `s3`.
@@ -757,6 +746,8 @@ async fn wait_checkpointed_on_s3(s: &Setup, s3: &TestS3, prefix: &str, config: &
         )
         .unwrap()
     };
-    let events = repartition_topic(&group_of(config));
+    let events = featurelog_joiner::config::JoinerConfig::load(config)
+        .unwrap()
+        .join_events_topic();
     wait_checkpointed(&s.kafka.config, &s.features, &events, open, "dataset on S3").await;
 }

@@ -76,14 +76,7 @@ impl Join {
         let features_topic = config.input.features_topic.clone();
         let partitioning = config.input.events_partitioning;
         let direct = partitioning == EventsPartitioning::ByRequestId;
-        // Where a task's events come from: the router's repartition topic, or the events topic
-        // itself when it is co-partitioned with the feature logs.
-        let events_input = if direct {
-            // One topic: the config refuses several with co-partitioned events.
-            config.input.events_topic.names().concat()
-        } else {
-            config.repartition_topic()
-        };
+        let events_input = config.join_events_topic();
         let consumer = group_consumer(
             &config,
             &config.group,
