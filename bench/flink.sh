@@ -7,20 +7,25 @@
 # compares their rows (bench/flink/compare.py, pyarrow). Prints a line per round and the
 # medians and ranges over rounds.
 #
-#   FEATURELOG_KAFKA=127.0.0.1:29092 bench/flink.sh --requests 20000 --rounds 3
+#   FEATURELOG_KAFKA=127.0.0.1:9092 bench/flink.sh --requests 20000 --rounds 3
 #
 # Needs a broker in $FEATURELOG_KAFKA (scripts/kafka.sh start), Java 17, Maven, python3 with
 # pyarrow. Every topic named bench-* on that broker is deleted after each round.
+# FLINK_JAVA_OPTS: options for Flink's JVM (e.g. -Xmx1g); by default the JVM sizes its heap
+# itself (at most a quarter of the machine's memory).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 requests=20000
 rounds=3
+# Flink's watermark alignment, as the joiner's join.max-read-ahead (30 s); 0: none.
+max_drift_ms=30000
 while [ $# -gt 0 ]; do
   case $1 in
     --requests) requests=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: bench/flink.sh [--requests N] [--rounds N]" >&2; exit 2 ;;
+    --flink-max-drift-ms) max_drift_ms=$2; shift 2 ;;
+    *) echo "usage: bench/flink.sh [--requests N] [--rounds N] [--flink-max-drift-ms MS]" >&2; exit 2 ;;
   esac
 done
 : "${FEATURELOG_KAFKA:?set FEATURELOG_KAFKA (scripts/kafka.sh start gives a broker)}"
@@ -53,9 +58,9 @@ for round in $(seq 1 "$rounds"); do
   run_flink() {
     # GNU time reports the JVM's own rusage: utime, stime, and its peak resident set (KiB).
     /usr/bin/time -o "$work/flink.time" -f '%U %S %M %e' \
-      java -jar "$jar" --kafka "$FEATURELOG_KAFKA" --features-topic "$ftopic" --events-topic "$etopic" \
+      java ${FLINK_JAVA_OPTS:-} -jar "$jar" --kafka "$FEATURELOG_KAFKA" --features-topic "$ftopic" --events-topic "$etopic" \
       --output "$work/flink" --checkpoints "$work/checkpoints" \
-      --features-wait-ms $((features_wait_s * 1000)) --parallelism 2 \
+      --features-wait-ms $((features_wait_s * 1000)) --parallelism 2 --max-drift-ms "$max_drift_ms" \
       > "$work/flink.log" 2>&1 || { cat "$work/flink.log" >&2; return 1; }
   }
   # Alternating order, so that neither always runs on the warmer page cache.
@@ -71,8 +76,12 @@ for round in $(seq 1 "$rounds"); do
   f_rows=$(sed -nE 's/.* flink_rows=([0-9]+).*/\1/p' <<<"$compare")
   match=$(sed -nE 's/.* match=([a-z]+).*/\1/p' <<<"$compare")
   f_cpu=$(python3 -c "print(f'{$f_user + $f_sys:.3f}')")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$records" "$j_rows" "$f_rows" \
-    "$j_cpu" "$f_cpu" "$j_peak" "$((f_peak_kib * 1024))" "$buffered" "$match" | tee -a "$results"
+  j_wall=$(sed -E 's/.*wall_s=([^ ]+).*/\1/' <<<"$line")
+  # round, input records, rows (joiner, Flink), CPU s, peak resident bytes, the joiner's
+  # buffered requests at the end, rows match, wall s
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$records" "$j_rows" "$f_rows" \
+    "$j_cpu" "$f_cpu" "$j_peak" "$((f_peak_kib * 1024))" "$buffered" "$match" "$j_wall" "$f_wall" \
+    | tee -a "$results"
   "$bench" --delete-topics bench- > /dev/null
 done
 
@@ -97,4 +106,5 @@ print(f"| peak resident KiB per buffered request ({fig(buffered, '{:.0f}')} at t
       f"| {fig([p * 1024 / b for p, b in zip(j_peak, buffered)], '{:.0f}')} "
       f"| {fig([p * 1024 / b for p, b in zip(f_peak, buffered)], '{:.0f}')} |")
 print(f"| rows match (full key and value comparison) | {', '.join(r[9] for r in rows)} | |")
+print(f"| wall s (the joiner's until its last row is committed) | {fig(col(10), '{:.0f}')} | {fig(col(11), '{:.0f}')} |")
 PY

@@ -29,6 +29,9 @@ public final class FlinkJoin {
     int features = Integer.parseInt(args.getOrDefault("features", "10"));
     int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "2"));
     String group = args.getOrDefault("group", "bench-flink-" + ProcessHandle.current().pid());
+    // Watermark alignment, as the joiner's `join.max-read-ahead` (30 s by default): a source
+    // more than this ahead of the other in event time pauses. 0: none.
+    long maxDriftMs = Long.parseLong(args.getOrDefault("max-drift-ms", "30000"));
 
     Map<String, String> conf = new HashMap<>();
     conf.put("execution.checkpointing.interval", "10 s");
@@ -45,7 +48,12 @@ public final class FlinkJoin {
     String kafkaSource =
         "'connector' = 'kafka', 'properties.bootstrap.servers' = '" + kafka + "',"
             + " 'properties.group.id' = '" + group + "',"
-            + " 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset',";
+            + " 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset',"
+            + (maxDriftMs > 0
+                ? " 'scan.watermark.alignment.group' = 'inputs',"
+                    + " 'scan.watermark.alignment.max-drift' = '" + maxDriftMs + " ms',"
+                    + " 'scan.watermark.alignment.update-interval' = '1 s',"
+                : "");
     // Only the fields the rows need are declared; the format still parses whole messages.
     tables.executeSql(
         "CREATE TABLE feature_logs ("
