@@ -10,7 +10,9 @@
 //! 3. The Parquet stage (`Dataset::stage`: rows to Arrow, zstd Parquet, fsync) against writing
 //!    the same record batch with arrow's `ArrowWriter` alone.
 //!
-//! Run with `bench/join.sh`; it needs a Kafka broker in `FEATURELOG_KAFKA`.
+//! Run with `bench/join.sh`; it needs a Kafka broker in `FEATURELOG_KAFKA`. `bench/flink.sh`
+//! runs it in parts (`--produce-only`, then `--topics` with `--joiner-only`, then
+//! `--delete-topics`) to set the joiner beside Flink on the same records.
 //!
 //! This file owns the command line and the run of the three measurements; beside it,
 //! `data.rs` makes and produces the input records, `baseline.rs` consumes them without joining,
