@@ -10,7 +10,9 @@
 //! 3. The Parquet stage (`Dataset::stage`: rows to Arrow, zstd Parquet, fsync) against writing
 //!    the same record batch with arrow's `ArrowWriter` alone.
 //!
-//! Run with `bench/join.sh`; it needs a Kafka broker in `FEATURELOG_KAFKA`.
+//! Run with `bench/join.sh`; it needs a Kafka broker in `FEATURELOG_KAFKA`. `bench/flink.sh`
+//! runs it in parts (`--produce-only`, then `--topics` with `--joiner-only`, then
+//! `--delete-topics`) to set the joiner beside Flink on the same records.
 //!
 //! This file owns the command line and the run of the three measurements; beside it,
 //! `data.rs` makes and produces the input records, `baseline.rs` consumes them without joining,
@@ -122,6 +124,49 @@ struct Args {
     /// runs its baselines in a process of their own with this, measured as the joiner is).
     #[arg(long, hide = true)]
     run_consume: Option<String>,
+    /// Only create and fill the two topics, print `topics <features> <events> <input records>
+    /// <impressions>` and exit, keeping them (bench/flink.sh runs the joiner and Flink on them).
+    #[arg(long)]
+    produce_only: bool,
+    /// Read these topics (`<features>,<events>`, as `--produce-only` made them with the same
+    /// data arguments) instead of producing new ones.
+    #[arg(long)]
+    topics: Option<String>,
+    /// Run only the joiner (no consume-only baselines, memory probe or Parquet stage) and print
+    /// its figures on one `joiner-figures` line.
+    #[arg(long)]
+    joiner_only: bool,
+    /// Write the joiner's dataset here and keep it (default: a temporary directory).
+    #[arg(long)]
+    output: Option<std::path::PathBuf>,
+    /// Only delete every topic whose name starts with this prefix and exit (bench/flink.sh
+    /// clears its own broker between rounds: disk is limited).
+    #[arg(long)]
+    delete_topics: Option<String>,
+}
+
+/// Deletes every topic whose name starts with `prefix`.
+async fn delete_topics(kafka: &KafkaConfig, prefix: &str) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = kafka.client_config(&[]).create()?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, Duration::from_secs(30))?;
+    let names: Vec<String> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    if !names.is_empty() {
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        for result in admin.delete_topics(&refs, &AdminOptions::new()).await? {
+            result.map_err(|(topic, code)| anyhow::anyhow!("deleting {topic}: {code}"))?;
+        }
+    }
+    println!("deleted {} topics", names.len());
+    Ok(())
 }
 
 fn cpu_seconds() -> f64 {
@@ -162,44 +207,75 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let kafka = KafkaConfig::new(&args.kafka);
+    if let Some(prefix) = &args.delete_topics {
+        return delete_topics(&kafka, prefix).await;
+    }
     let run = std::process::id();
-    let (features, events) = (
-        format!("bench-features-{run}"),
-        format!("bench-events-{run}"),
-    );
-    featurelog_kafka::admin::ensure_topic(&kafka, &features, 4, 1, Duration::from_secs(30)).await?;
-    let event_partitions = if args.events_partitioning == "by-request-id" {
-        4
-    } else {
-        3
+    let (features, events, impressions) = match &args.topics {
+        Some(spec) => {
+            let (f, e) = spec
+                .split_once(',')
+                .with_context(|| format!("--topics {spec}: expected <features>,<events>"))?;
+            (f.to_owned(), e.to_owned(), args.requests * args.impressions)
+        }
+        None => {
+            let (features, events) = (
+                format!("bench-features-{run}"),
+                format!("bench-events-{run}"),
+            );
+            featurelog_kafka::admin::ensure_topic(&kafka, &features, 4, 1, Duration::from_secs(30))
+                .await?;
+            let event_partitions = if args.events_partitioning == "by-request-id" {
+                4
+            } else {
+                3
+            };
+            featurelog_kafka::admin::ensure_topic(
+                &kafka,
+                &events,
+                event_partitions,
+                1,
+                Duration::from_secs(30),
+            )
+            .await?;
+            let impressions = produce(&args, &kafka, &features, &events)
+                .await
+                .context("producing")?;
+            (features, events, impressions)
+        }
     };
-    featurelog_kafka::admin::ensure_topic(
-        &kafka,
-        &events,
-        event_partitions,
-        1,
-        Duration::from_secs(30),
-    )
-    .await?;
-    let impressions = produce(&args, &kafka, &features, &events)
-        .await
-        .context("producing")?;
     let records = args.requests + impressions;
+    if args.produce_only {
+        println!("topics {features} {events} {records} {impressions}");
+        return Ok(());
+    }
     println!(
         "join benchmark: {} requests x {} candidates x {} FP32 features, {impressions} impressions ({records} input records)",
         args.requests, args.candidates, args.features
     );
 
     // 1. Consume-only baseline, then the joiner, on the same records.
-    let (consume_cpu, consume_faults) =
-        consume_only(&kafka, &[&features, &events], records, false).await?;
-    let (decode_cpu, decode_faults) =
-        consume_only(&kafka, &[&features, &events], records, true).await?;
-    let (own_cpu, own_faults) =
-        consume_in_own_process(&args, [&features, &events], records, false)?;
-    let (own_decode_cpu, own_decode_faults) =
-        consume_in_own_process(&args, [&features, &events], records, true)?;
+    let ((consume_cpu, consume_faults), (decode_cpu, decode_faults)) = if args.joiner_only {
+        ((f64::NAN, 0), (f64::NAN, 0))
+    } else {
+        (
+            consume_only(&kafka, &[&features, &events], records, false).await?,
+            consume_only(&kafka, &[&features, &events], records, true).await?,
+        )
+    };
+    let ((own_cpu, own_faults), (own_decode_cpu, own_decode_faults)) = if args.joiner_only {
+        ((f64::NAN, 0), (f64::NAN, 0))
+    } else {
+        (
+            consume_in_own_process(&args, [&features, &events], records, false)?,
+            consume_in_own_process(&args, [&features, &events], records, true)?,
+        )
+    };
     let dir = tempfile::tempdir()?;
+    let out_dir = args
+        .output
+        .clone()
+        .unwrap_or_else(|| dir.path().join("out"));
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let text = format!(
         "group = \"bench-join-{run}\"\n[kafka]\nbootstrap-servers = \"{}\"\n[input]\nfeatures-topic = \"{features}\"\n\
@@ -213,7 +289,7 @@ async fn main() -> anyhow::Result<()> {
         args.max_read_ahead
             .as_ref()
             .map_or_else(String::new, |d| format!("max-read-ahead = \"{d}\"\n")),
-        dir.path().join("out").display(),
+        out_dir.display(),
         args.flush_interval,
         args.flush_rows
             .map_or_else(String::new, |n| format!("flush-rows = {n}\n")),
@@ -276,38 +352,41 @@ async fn main() -> anyhow::Result<()> {
     child.wait()?;
     measured?;
     println!();
-    println!(
-        "| stage | CPU s | input records per CPU s | joined rows per CPU s | minor page faults |"
-    );
-    println!("| --- | --- | --- | --- | --- |");
-    println!(
-        "| consume only, own process (the baseline) | {own_cpu:.2} | {:.0} | - | {own_faults} |",
-        records as f64 / own_cpu
-    );
-    println!(
-        "| consume and decode (prost, serde_json), own process | {own_decode_cpu:.2} | {:.0} | - | {own_decode_faults} |",
-        records as f64 / own_decode_cpu
-    );
-    println!(
-        "| consume only, loop only in the bench's process | {consume_cpu:.2} | {:.0} | - | {consume_faults} |",
-        records as f64 / consume_cpu
-    );
-    println!(
-        "| consume and decode, loop only in the bench's process | {decode_cpu:.2} | {:.0} | - | {decode_faults} |",
-        records as f64 / decode_cpu
-    );
-    println!(
-        "| featurelog join, own process | {join_cpu:.2} | {:.0} | {:.0} | {join_faults} |",
-        records as f64 / join_cpu,
-        impressions as f64 / join_cpu
-    );
-    println!(
-        "joiner throughput per core / consume-only: {:.3} (target >= 0.5); / consume-and-decode: {:.3}; both measured as the joiner is, whole processes (loop only in the bench's process: {:.3} and {:.3}); wall {join_wall:.1} s (includes waiting for flushes)",
-        own_cpu / join_cpu,
-        own_decode_cpu / join_cpu,
-        consume_cpu / join_cpu,
-        decode_cpu / join_cpu
-    );
+    // The baselines' figures, unless they were skipped (`--joiner-only`).
+    if !args.joiner_only {
+        println!(
+            "| stage | CPU s | input records per CPU s | joined rows per CPU s | minor page faults |"
+        );
+        println!("| --- | --- | --- | --- | --- |");
+        println!(
+            "| consume only, own process (the baseline) | {own_cpu:.2} | {:.0} | - | {own_faults} |",
+            records as f64 / own_cpu
+        );
+        println!(
+            "| consume and decode (prost, serde_json), own process | {own_decode_cpu:.2} | {:.0} | - | {own_decode_faults} |",
+            records as f64 / own_decode_cpu
+        );
+        println!(
+            "| consume only, loop only in the bench's process | {consume_cpu:.2} | {:.0} | - | {consume_faults} |",
+            records as f64 / consume_cpu
+        );
+        println!(
+            "| consume and decode, loop only in the bench's process | {decode_cpu:.2} | {:.0} | - | {decode_faults} |",
+            records as f64 / decode_cpu
+        );
+        println!(
+            "| featurelog join, own process | {join_cpu:.2} | {:.0} | {:.0} | {join_faults} |",
+            records as f64 / join_cpu,
+            impressions as f64 / join_cpu
+        );
+        println!(
+            "joiner throughput per core / consume-only: {:.3} (target >= 0.5); / consume-and-decode: {:.3}; both measured as the joiner is, whole processes (loop only in the bench's process: {:.3} and {:.3}); wall {join_wall:.1} s (includes waiting for flushes)",
+            own_cpu / join_cpu,
+            own_decode_cpu / join_cpu,
+            consume_cpu / join_cpu,
+            decode_cpu / join_cpu
+        );
+    }
     println!(
         "join CPU by thread (threads alive at the end): librdkafka {:.2} s, the rest (the join and router threads, the dataset's runtime, tokio workers, metrics) {:.2} s",
         librdkafka_cpu, rest_cpu
@@ -328,7 +407,15 @@ async fn main() -> anyhow::Result<()> {
         join_rss as f64 / 1048576.0,
         join_peak as f64 / 1048576.0,
     );
-    print_course(&course, impressions, &dir.path().join("out"));
+    print_course(&course, impressions, &out_dir);
+    if args.joiner_only {
+        // One line for bench/flink.sh to read.
+        println!(
+            "joiner-figures cpu_s={join_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1}",
+            metric(&end_metrics, "featurelog_join_buffered_requests"),
+        );
+        return Ok(());
+    }
 
     // 2. Memory per buffered request, in a fresh process: this one's allocator keeps the
     // join's freed memory, which would hide the growth.
