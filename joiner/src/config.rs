@@ -143,6 +143,14 @@ impl JoinerConfig {
         if config.output.flush_bytes == 0 {
             return Err(err("output.flush-bytes must be at least 1".into()));
         }
+        // The documented levels: parquet also takes zstd's negative (fast) levels and 0 (its
+        // default, 3), which would make one level read as two settings.
+        if !(1..=22).contains(&config.output.zstd_level) {
+            return Err(err(format!(
+                "output.zstd-level {} is not a level: 1 to 22",
+                config.output.zstd_level
+            )));
+        }
         if let Err(e) = parquet::basic::ZstdLevel::try_new(config.output.zstd_level) {
             return Err(err(format!(
                 "output.zstd-level {} is not a level the Parquet writer accepts: {e}",
