@@ -17,7 +17,8 @@ mod window;
 
 pub use input::{EventFormat, EventsPartitioning, EventsTopics, InputConfig, TopicFormat};
 pub use output::{
-    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_FLUSH_ROWS, ObjectStoreConfig, OutputConfig, OutputLocation,
+    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_FLUSH_ROWS, ObjectStoreConfig, OutputConfig, OutputFormat,
+    OutputLocation,
 };
 pub use window::{HeldLogs, WindowConfig};
 
@@ -131,6 +132,12 @@ impl JoinerConfig {
             OutputLocation::S3 { bucket, .. } => {
                 config.output.build_s3(&bucket).map_err(err)?;
             }
+        }
+        if config.output.format == OutputFormat::Delta && config.output.partition_by_model {
+            return Err(err(
+                "output.partition-by-model is not supported with output.format = \"delta\" yet"
+                    .into(),
+            ));
         }
         if config.output.checkpoints_kept < 2 {
             return Err(err(
