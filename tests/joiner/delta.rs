@@ -1,7 +1,8 @@
 //! `output.format = "delta"` end to end: an uninterrupted joiner and one killed with SIGKILL
 //! and restarted several times while impressions arrive each write a Delta table, and two
 //! independent readers (the `deltalake` package and Polars' `read_delta`) see every expected
-//! row exactly once in both. The same for a table on S3-compatible storage.
+//! row exactly once in both; a dataset keeps the format it was first written in. The same for a
+//! table on S3-compatible storage.
 
 use super::*;
 
@@ -149,9 +150,31 @@ pub(super) async fn a_delta_table_holds_every_row_once_through_sigkill_and_resta
     assert!(crash.terminate().success());
     check_delta(&single_out, &s.expected, "uninterrupted");
     check_delta(&crash_out, &s.expected, "killed and restarted");
-    // The files are the Parquet layout's too, each in one place only: the table did not copy
-    // them.
     assert!(single_out.join("_delta_log").is_dir());
+
+    // A dataset has one format: the same dataset as plain Parquet is refused, and so is a
+    // Delta table begun on a Parquet dataset (it would lack the rows written before it).
+    let parquet_config = s.joiner_config("delta-as-parquet", &single_group, &single_out);
+    let (code, stderr) = refused(&parquet_config).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("written as \"delta\""), "{stderr}");
+    let parquet_out = s.dir.path().join("parquet");
+    let parquet_group = s.kafka.unique_group("delta-parquet");
+    let config = s.joiner_config("parquet-first", &parquet_group, &parquet_out);
+    let parquet = Joiner::start(&config);
+    let k = &s.kafka.config;
+    wait_checkpointed_in(
+        k,
+        &s.features,
+        &repartition_topic(&parquet_group),
+        &parquet_out,
+    )
+    .await;
+    assert!(parquet.terminate().success());
+    set_format(&config, "delta");
+    let (code, stderr) = refused(&config).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("written as \"parquet\""), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
