@@ -300,7 +300,7 @@ impl DeltaTable {
                     self.error(format!("{}: partition values: {e}", file.meta.location))
                 })?;
             let add = delta_kernel_default_engine::build_add_file_metadata(
-                DataFileMetadata::new(file.meta.clone(), no_stats()),
+                DataFileMetadata::new(file.meta.clone(), stats(file.rows)),
                 &context,
             )
             .map_err(|e| self.error(format!("{}: add action: {e}", file.meta.location)))?;
@@ -346,12 +346,15 @@ enum Outcome {
     Retry(String),
 }
 
-/// A file's statistics: none. Delta makes them optional; readers then read every file of the
-/// partitions they select.
-fn no_stats() -> arrow_array::StructArray {
-    use arrow_schema::{DataType, Field, Fields};
-    let fields = Fields::from(vec![Field::new("numRecords", DataType::Int64, true)]);
-    arrow_array::StructArray::new_null(fields, 1)
+/// A file's statistics: its row count only. Delta makes column bounds optional; without them
+/// readers read every file of the partitions they select.
+fn stats(rows: i64) -> arrow_array::StructArray {
+    use arrow_schema::{DataType, Field};
+    let rows: arrow_array::ArrayRef = Arc::new(arrow_array::Int64Array::from(vec![rows]));
+    arrow_array::StructArray::from(vec![(
+        Arc::new(Field::new("numRecords", DataType::Int64, true)),
+        rows,
+    )])
 }
 
 /// A number below `n` (at least 1), for jitter; not for anything that needs randomness.

@@ -31,7 +31,13 @@ pub(super) struct TableFile {
     pub(super) hour: Hour,
     /// The columns its Parquet footer holds, as Delta types.
     pub(super) schema: SchemaRef,
+    /// Its rows (the add action's `numRecords`, which readers count and plan with).
+    pub(super) rows: i64,
 }
+
+/// How much of a file's end the first read of its footer takes: most footers fit, so most files
+/// cost one ranged read after the head.
+const FOOTER_READ: u64 = 64 * 1024;
 
 /// Whether the table holds a file of this visible name: rows for finished hours (under `late/`)
 /// stay out of it, as they stay out of a finished hour's directory.
@@ -73,14 +79,55 @@ pub(super) fn describe(
             .storage_handler()
             .head(&location)
             .map_err(|e| format!("head {location}: {e}"))?;
-        let schema = engine
-            .parquet_handler()
-            .read_parquet_footer(&meta)
-            .map_err(|e| format!("footer of {location}: {e}"))?
-            .schema;
-        files.push(TableFile { meta, hour, schema });
+        let (schema, rows) =
+            footer(engine, &meta, FOOTER_READ).map_err(|e| format!("footer of {location}: {e}"))?;
+        files.push(TableFile {
+            meta,
+            hour,
+            schema,
+            rows,
+        });
     }
     Ok(files)
+}
+
+/// The columns (as Delta types) and row count a file's Parquet footer holds: a ranged read of
+/// the file's last `first` bytes, and a second, larger one only when the footer is longer.
+fn footer(engine: &dyn Engine, meta: &FileMeta, first: u64) -> Result<(SchemaRef, i64), String> {
+    use delta_kernel::engine::arrow_conversion::TryFromArrow as _;
+    use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+    use parquet::errors::ParquetError;
+    use parquet::file::metadata::ParquetMetaDataReader;
+
+    let size = meta.size;
+    let mut want = first.min(size);
+    loop {
+        let slice = (meta.location.clone(), Some(size - want..size));
+        let bytes = engine
+            .storage_handler()
+            .read_files(vec![slice])
+            .map_err(|e| e.to_string())?
+            .next()
+            .ok_or("the store returned nothing")?
+            .map_err(|e| e.to_string())?;
+        let mut reader = ParquetMetaDataReader::new();
+        match reader.try_parse_sized(&bytes, size) {
+            Ok(()) => {
+                let metadata = reader.finish().map_err(|e| e.to_string())?;
+                let rows = metadata.file_metadata().num_rows();
+                let arrow =
+                    ArrowReaderMetadata::try_new(metadata.into(), ArrowReaderOptions::new())
+                        .map_err(|e| e.to_string())?;
+                let schema = StructType::try_from_arrow(arrow.schema().as_ref())
+                    .map_err(|e| e.to_string())?;
+                return Ok((std::sync::Arc::new(schema), rows));
+            }
+            Err(ParquetError::NeedMoreData(needed)) if (needed as u64) > want => {
+                want = (needed as u64).min(size);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 /// Every column of `files`, each once, in the order they first appear: the table's data
@@ -151,6 +198,50 @@ mod tests {
     }
 
     #[test]
+    fn a_footer_longer_than_the_first_read_is_read_whole() {
+        use std::sync::Arc;
+
+        use arrow_array::{Int64Array, RecordBatch, StringArray};
+        use arrow_schema::{DataType as ArrowType, Field, Schema};
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.parquet");
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("request_id", ArrowType::Utf8, false),
+            Field::new("n", ArrowType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
+            ],
+        )
+        .unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(
+            std::fs::File::create(&path).unwrap(),
+            schema,
+            None,
+        )
+        .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let engine = delta_kernel_default_engine::DefaultEngineBuilder::new(Arc::new(
+            object_store::local::LocalFileSystem::new(),
+        ))
+        .build();
+        let url = Url::from_file_path(&path).unwrap();
+        let meta = engine.storage_handler().head(&url).unwrap();
+        for first in [8, 100, FOOTER_READ] {
+            let (schema, rows) = footer(&engine, &meta, first).unwrap();
+            assert_eq!(rows, 3);
+            let names: Vec<_> = schema.fields().map(|f| f.name().clone()).collect();
+            assert_eq!(names, ["request_id", "n"]);
+            assert_eq!(schema.fields().nth(1).unwrap().data_type(), &DataType::LONG);
+        }
+    }
+
+    #[test]
     fn new_columns_are_those_the_table_lacks_and_nullable() {
         let file = |fields: Vec<StructField>| TableFile {
             meta: FileMeta {
@@ -160,6 +251,7 @@ mod tests {
             },
             hour: Hour { days: 0, hour: 0 },
             schema: std::sync::Arc::new(StructType::try_new(fields).unwrap()),
+            rows: 2,
         };
         let files = [
             file(vec![

@@ -106,6 +106,9 @@ fn each_roll_forward_adds_its_files_once_with_the_task_s_txn() {
     assert_eq!(adds[0]["partitionValues"]["dt"], "1970-01-01");
     assert_eq!(adds[0]["partitionValues"]["hr"], "1");
     assert_eq!(adds[0]["dataChange"], true);
+    let stats: serde_json::Value =
+        serde_json::from_str(adds[0]["stats"].as_str().unwrap()).unwrap();
+    assert_eq!(stats["numRecords"], 1, "{stats}");
     let txn = log_actions(dir.path())
         .into_iter()
         .find_map(|a| a.get("txn").cloned())
