@@ -1,8 +1,8 @@
-//! `output.format = "delta"` end to end: an uninterrupted joiner and one killed with SIGKILL
-//! and restarted several times while impressions arrive each write a Delta table, and two
-//! independent readers (the `deltalake` package and Polars' `read_delta`) see every expected
-//! row exactly once in both; a dataset keeps the format it was first written in. The same for a
-//! table on S3-compatible storage.
+//! `output.format = "delta"` end to end: an uninterrupted joiner, one killed with SIGKILL and
+//! restarted several times while impressions arrive, and two in one group each write a Delta
+//! table, and two independent readers (the `deltalake` package and Polars' `read_delta`) see
+//! every expected row exactly once in each; a dataset keeps the format it was first written
+//! in. The same for a table on S3-compatible storage.
 
 use super::*;
 
@@ -106,28 +106,46 @@ async fn wait_for_delta_rows(out: &Path, env: &[(&'static str, String)], expecte
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(super) async fn a_delta_table_holds_every_row_once_through_sigkill_and_restarts() {
-    let Some(kafka) = kafka("a_delta_table_holds_every_row_once_through_sigkill_and_restarts")
-    else {
+    let name = "a_delta_table_holds_every_row_once_through_sigkill_and_restarts";
+    let Some(kafka) = kafka(name) else {
         return;
     };
     let mut s = setup(kafka, 8, 5).await;
-    let (single_out, crash_out) = (s.dir.path().join("single"), s.dir.path().join("crash"));
+    let (single_out, crash_out, pair_out) = (
+        s.dir.path().join("single"),
+        s.dir.path().join("crash"),
+        s.dir.path().join("pair"),
+    );
     let single_group = s.kafka.unique_group("delta-single");
     let single_config = s.joiner_config("delta-single", &single_group, &single_out);
     let crash_group = s.kafka.unique_group("delta-crash");
     let crash_config = s.joiner_config("delta-crash", &crash_group, &crash_out);
-    for config in [&single_config, &crash_config] {
+    // Two processes in one group commit to one log: their tasks' commits conflict, and the
+    // second joins mid-run, taking over tasks the first may be committing.
+    let pair_group = s.kafka.unique_group("delta-pair");
+    let pair_configs = [
+        s.joiner_config("delta-pair-a", &pair_group, &pair_out),
+        s.joiner_config("delta-pair-b", &pair_group, &pair_out),
+    ];
+    for config in [&single_config, &crash_config]
+        .into_iter()
+        .chain(&pair_configs)
+    {
         set_format(config, "delta");
     }
     keep_checkpoints(&crash_config, 2);
     let single = Joiner::start(&single_config);
+    let mut pair = vec![Joiner::start(&pair_configs[0])];
     // Kill -9 at different moments, restarting each time, while impressions keep arriving:
     // some kills land between a checkpoint and its Delta commit, which the restart finishes.
     let trickle = trickle_impressions(&mut s, 40, Duration::from_millis(120));
-    for wait_ms in [700u64, 1300, 400, 2100, 900] {
+    for (kill, wait_ms) in [700u64, 1300, 400, 2100, 900].into_iter().enumerate() {
         let j = Joiner::start(&crash_config);
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         j.kill9();
+        if kill == 1 {
+            pair.push(Joiner::start(&pair_configs[1]));
+        }
     }
     trickle.await.unwrap();
     assert!(
@@ -137,17 +155,25 @@ pub(super) async fn a_delta_table_holds_every_row_once_through_sigkill_and_resta
         "the killed runs committed no checkpoint"
     );
     let crash = Joiner::start(&crash_config);
-    for out in [&single_out, &crash_out] {
+    for out in [&single_out, &crash_out, &pair_out] {
         wait_for_delta_rows(out, &[], s.expected.len()).await;
     }
     let k = &s.kafka.config;
-    for (group, out) in [(&single_group, &single_out), (&crash_group, &crash_out)] {
+    for (group, out) in [
+        (&single_group, &single_out),
+        (&crash_group, &crash_out),
+        (&pair_group, &pair_out),
+    ] {
         wait_checkpointed_in(k, &s.features, &repartition_topic(group), out).await;
     }
     // The Delta commit follows the checkpoint: a joiner stopped with SIGTERM has made its
     // last one.
     assert!(single.terminate().success());
     assert!(crash.terminate().success());
+    for joiner in pair {
+        assert!(joiner.terminate().success());
+    }
+    check_delta(&pair_out, &s.expected, "two in one group");
     check_delta(&single_out, &s.expected, "uninterrupted");
     check_delta(&crash_out, &s.expected, "killed and restarted");
     assert!(single_out.join("_delta_log").is_dir());
