@@ -38,10 +38,6 @@ const ENGINE_INFO: &str = concat!("featurelog-joiner/", env!("CARGO_PKG_VERSION"
 /// this many in a row means the log is contended far beyond a joiner's tasks.
 const ATTEMPTS: u32 = 100;
 
-/// A Delta checkpoint of the log is written at every version that is a multiple of this, so a
-/// snapshot reads one checkpoint and fewer than this many commits.
-const LOG_CHECKPOINT_INTERVAL: u64 = 100;
-
 /// The `txn` application id of a task: the task, as the checkpoints are keyed.
 pub(crate) fn app_id(task: &str) -> String {
     format!("featurelog:{task}")
@@ -182,7 +178,6 @@ impl DeltaTable {
             };
             match result {
                 Outcome::Committed(snapshot) => {
-                    self.checkpoint_log(&snapshot);
                     self.remember(snapshot);
                     self.note_done(task, epoch);
                     tracing::debug!(task, epoch, "added to the Delta table");
@@ -323,18 +318,6 @@ impl DeltaTable {
                 Ok(Outcome::Retry("the store failed retryably".into()))
             }
             Err(e) => Err(self.error(format!("committing: {e}"))),
-        }
-    }
-
-    /// Writes a Delta checkpoint of the log at every [`LOG_CHECKPOINT_INTERVAL`]th version.
-    /// Best effort: without it readers replay more commits, nothing else.
-    fn checkpoint_log(&self, snapshot: &SnapshotRef) {
-        let version = snapshot.version();
-        if version == 0 || !version.is_multiple_of(LOG_CHECKPOINT_INTERVAL) {
-            return;
-        }
-        if let Err(err) = snapshot.checkpoint(&self.engine, None) {
-            tracing::warn!(table = %self.root, version, %err, "Delta log checkpoint not written");
         }
     }
 }
