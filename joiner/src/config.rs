@@ -17,7 +17,8 @@ mod window;
 
 pub use input::{EventFormat, EventsPartitioning, EventsTopics, InputConfig, TopicFormat};
 pub use output::{
-    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_FLUSH_ROWS, ObjectStoreConfig, OutputConfig, OutputLocation,
+    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_FLUSH_ROWS, ObjectStoreConfig, OutputConfig, OutputFormat,
+    OutputLocation,
 };
 pub use window::{HeldLogs, WindowConfig};
 
@@ -132,6 +133,12 @@ impl JoinerConfig {
                 config.output.build_s3(&bucket).map_err(err)?;
             }
         }
+        if config.output.format == OutputFormat::Delta && config.output.partition_by_model {
+            return Err(err(
+                "output.partition-by-model is not supported with output.format = \"delta\" yet"
+                    .into(),
+            ));
+        }
         if config.output.checkpoints_kept < 2 {
             return Err(err(
                 "output.checkpoints-kept must be at least 2: a restore may still be reading the one before the newest".into(),
@@ -142,6 +149,14 @@ impl JoinerConfig {
         }
         if config.output.flush_bytes == 0 {
             return Err(err("output.flush-bytes must be at least 1".into()));
+        }
+        // The documented levels: parquet also takes zstd's negative (fast) levels and 0 (its
+        // default, 3), which would make one level read as two settings.
+        if !(1..=22).contains(&config.output.zstd_level) {
+            return Err(err(format!(
+                "output.zstd-level {} is not a level: 1 to 22",
+                config.output.zstd_level
+            )));
         }
         if let Err(e) = parquet::basic::ZstdLevel::try_new(config.output.zstd_level) {
             return Err(err(format!(

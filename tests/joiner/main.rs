@@ -8,7 +8,8 @@
 //! is too short refused, logs the topic deleted counted as lost. And failures: a Kafka broker
 //! stopped and restarted mid-traffic, an object store unreachable for a while (through a proxy
 //! the test cuts), and answers to conditional PUTs lost after the store applied them; the joiner
-//! restarted whenever it exits, as a supervisor would, and every row there exactly once.
+//! restarted whenever it exits, as a supervisor would, and every row there exactly once. And
+//! `output.format = "delta"`: the table read by `deltalake` and Polars, through SIGKILLs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 
 // The tests, by theme; their helpers are shared through these globs.
+mod delta;
 mod exact;
 mod failures;
 mod operations;

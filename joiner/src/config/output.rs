@@ -56,6 +56,22 @@ pub struct OutputConfig {
     /// How to reach the object store of an `s3://` path.
     #[serde(default)]
     pub object_store: Option<ObjectStoreConfig>,
+    /// What readers see: hive-partitioned Parquet files, or the same files as a Delta Lake
+    /// table (docs/JOINER.md, "Delta table output").
+    #[serde(default)]
+    pub format: OutputFormat,
+}
+
+/// The dataset's format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputFormat {
+    /// Hive-partitioned Parquet files, `_SUCCESS` markers and `_common_metadata`.
+    #[default]
+    Parquet,
+    /// The same files and markers, and a Delta Lake table (`_delta_log/`) that each commit
+    /// adds its files to.
+    Delta,
 }
 
 /// How to reach S3 or an S3-compatible store. Whatever is not set here comes from the

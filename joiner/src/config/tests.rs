@@ -339,3 +339,31 @@ fn unknown_keys_are_refused_with_the_file_named() {
         "{err}"
     );
 }
+
+#[test]
+fn the_output_format_is_parquet_unless_delta_is_asked_for() {
+    let load = |extra: &str, env: Vec<(String, String)>| {
+        JoinerConfig::from_toml_with_env(
+            Path::new("join.toml"),
+            &MINIMAL.replace("path = \"data\"", &format!("path = \"data\"\n{extra}")),
+            env,
+        )
+    };
+    assert_eq!(
+        load("", Vec::new()).unwrap().output.format,
+        OutputFormat::Parquet
+    );
+    assert_eq!(
+        load("format = \"delta\"", Vec::new())
+            .unwrap()
+            .output
+            .format,
+        OutputFormat::Delta
+    );
+    let env = vec![("FEATURELOG_JOIN__OUTPUT__FORMAT".into(), "delta".into())];
+    assert_eq!(load("", env).unwrap().output.format, OutputFormat::Delta);
+    let err = load("format = \"iceberg\"", Vec::new()).unwrap_err();
+    assert!(err.to_string().contains("iceberg"), "{err}");
+    let err = load("format = \"delta\"\npartition-by-model = true", Vec::new()).unwrap_err();
+    assert!(err.to_string().contains("partition-by-model"), "{err}");
+}

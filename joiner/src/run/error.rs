@@ -63,6 +63,16 @@ pub enum JoinError {
         /// The setting it was written with.
         recorded: bool,
     },
+    /// The dataset was written in the other `output.format`.
+    #[error(
+        "output.format is not {recorded:?}, but the dataset {path} was written as {recorded:?}: one dataset has one format (a Delta table begun on a Parquet dataset would lack every row written before it; one no longer committed to would silently stop growing). Set `output.format = {recorded:?}`, or write the other format into a new `output.path` with a new `group`"
+    )]
+    FormatChanged {
+        /// The dataset.
+        path: String,
+        /// The format it was written in.
+        recorded: &'static str,
+    },
     /// The repartition topic disagrees with the feature-log topic.
     #[error(
         "topic {topic:?} has {found} partitions but {features:?} has {expected}: if this group has never written a dataset, delete {topic:?} (the joiner recreates it); otherwise use another group"

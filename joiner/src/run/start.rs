@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::error::JoinError;
 use super::recover::same_partitioning;
 use super::supervise::outcome;
-use crate::config::{EventsPartitioning, HeldLogs, JoinerConfig};
+use crate::config::{EventsPartitioning, HeldLogs, JoinerConfig, OutputFormat};
 use crate::sink::Dataset;
 /// What start-up found out.
 pub(super) struct Started {
@@ -74,6 +74,16 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
             return Err(JoinError::LayoutChanged {
                 path: dataset.root().display().to_string(),
                 recorded,
+            });
+        }
+    }
+    {
+        let handle = dataset.clone();
+        let recorded = start_up_io(move || Ok(handle.recorded_delta()?)).await?;
+        if recorded != (config.output.format == OutputFormat::Delta) {
+            return Err(JoinError::FormatChanged {
+                path: dataset.root().display().to_string(),
+                recorded: if recorded { "delta" } else { "parquet" },
             });
         }
     }

@@ -174,6 +174,11 @@ impl Dataset {
                 });
             }
         }
+        // Last: the files are visible, so every reader of the table version that adds them
+        // can read them.
+        if let Some(table) = &self.delta {
+            table.commit(&checkpoint.task, checkpoint.epoch, &checkpoint.files)?;
+        }
         // Only empty directories are left locally: failing to delete them is no reason to
         // fail a commit, and the next recovery deletes them (their epoch is committed).
         if let Err(err) = self.storage.clean(&checkpoint.staging) {

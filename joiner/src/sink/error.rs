@@ -64,6 +64,14 @@ pub enum SinkError {
         /// The regular file in the way.
         file: PathBuf,
     },
+    /// The dataset's Delta table (`output.format = "delta"`) cannot be read or committed to.
+    #[error("Delta table {table}: {problem}")]
+    Delta {
+        /// The table's root URL.
+        table: String,
+        /// What failed, with the kernel's message.
+        problem: String,
+    },
     /// A checkpoint cannot be read, or names a file that is gone.
     #[error("checkpoint {path}: {problem}")]
     Checkpoint {

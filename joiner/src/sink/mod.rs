@@ -10,6 +10,8 @@
 //! - `markers.rs`: the `_SUCCESS` markers of complete hours;
 //! - `prune.rs`: deleting the checkpoints and state files that nothing reads any more;
 //! - `columns.rs`: the column registry (`_featurelog/columns/`);
+//! - `delta.rs`: the Delta table of `output.format = "delta"`, which each roll forward commits
+//!   to, and `signed.rs`, the signed column types its files hold;
 //! - `records.rs`: what the first joiner recorded (partition count, layout, events topics);
 //! - `common_metadata.rs`: `_common_metadata`, every column of the data files, for readers;
 //! - `storage.rs`: the primitives the protocol is built from, and `store.rs`, their one
@@ -20,17 +22,19 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::{OutputConfig, OutputLocation};
+use crate::config::{OutputConfig, OutputFormat, OutputLocation};
 
 mod columns;
 mod commit;
 mod common_metadata;
+mod delta;
 mod error;
 mod layout;
 mod markers;
 pub mod paths;
 mod prune;
 mod records;
+mod signed;
 mod stage;
 mod storage;
 mod store;
@@ -101,6 +105,8 @@ pub struct Dataset {
     columns: Arc<std::sync::Mutex<HashMap<String, String>>>,
     /// The columns this process has seen in the dataset's `_common_metadata` files.
     common_metadata: Arc<common_metadata::Covered>,
+    /// The Delta table each roll forward commits to (`output.format = "delta"`).
+    delta: Option<Arc<delta::DeltaTable>>,
 }
 
 /// The id of a new handle: see [`Dataset::writer`](Dataset).
@@ -123,13 +129,35 @@ impl Dataset {
             problem,
         };
         // The one resolution of output.path, which `featurelog join --check-config` prints.
+        let delta = output.format == OutputFormat::Delta;
         match paths::DatasetPaths::resolve(output)?.location().clone() {
-            OutputLocation::Local(path) => Self::open(path, options),
+            OutputLocation::Local(path) => {
+                let dataset = Self::open(path, options)?;
+                if delta {
+                    let table = delta::DeltaTable::local(&dataset.root)?;
+                    return Ok(dataset.with_delta(table));
+                }
+                Ok(dataset)
+            }
             OutputLocation::S3 { bucket, prefix } => {
                 let store = output.build_s3(&bucket).map_err(unsupported)?;
-                Self::open_object_store(store, &format!("s3://{bucket}"), &prefix, options)
+                let url = format!("s3://{bucket}");
+                let dataset = Self::open_object_store(store.clone(), &url, &prefix, options)?;
+                if delta {
+                    let root = url::Url::parse(&format!("{url}/{prefix}/"))
+                        .map_err(|e| unsupported(format!("the table's URL: {e}")))?;
+                    return Ok(dataset.with_delta(delta::DeltaTable::with_store(store, root)));
+                }
+                Ok(dataset)
             }
         }
+    }
+
+    /// This dataset as a Delta table too: each roll forward adds its files to `table`, and
+    /// files hold signed column types only (docs/JOINER.md, "Delta table output").
+    fn with_delta(mut self, table: delta::DeltaTable) -> Self {
+        self.delta = Some(Arc::new(table));
+        self
     }
 
     /// Verifies, with a few requests, that the store refuses to overwrite on a conditional

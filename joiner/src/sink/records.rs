@@ -71,6 +71,39 @@ impl Dataset {
             })
     }
 
+    /// Whether this dataset is a Delta table (`output.format = "delta"`), as recorded in
+    /// `_featurelog/format.json` by the first joiner that ran on it: the configured format if
+    /// none was. A dataset with checkpoints and no record was written as Parquet. The caller
+    /// refuses to write a dataset in the other format: a table begun on a Parquet dataset
+    /// would lack every row written before it, and one no longer committed to would silently
+    /// stop growing while its directories did not.
+    pub fn recorded_delta(&self) -> Result<bool, SinkError> {
+        let name = "_featurelog/format.json";
+        let record = |delta: bool| {
+            let format = if delta { "delta" } else { "parquet" };
+            serde_json::json!({ "format": format }).to_string()
+        };
+        if !self.storage.exists(name)? {
+            let written = !self.storage.children(paths::CHECKPOINTS)?.0.is_empty();
+            let delta = self.delta.is_some() && !written;
+            if self.storage.create(name, record(delta).into_bytes())? {
+                return Ok(delta);
+            }
+        }
+        let text = self.storage.get(name)?;
+        serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| match v.get("format")?.as_str()? {
+                "delta" => Some(true),
+                "parquet" => Some(false),
+                _ => None,
+            })
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(name),
+                problem: "not a format record (`{\"format\": \"parquet\" or \"delta\"}`)".into(),
+            })
+    }
+
     /// The events topics this dataset was written with (`input.events-topic`), recorded at the
     /// first start, and again when `topics` extends them (appended topics): the list as it
     /// was before this start. The caller refuses a list that is not the recorded one followed
@@ -122,6 +155,28 @@ mod tests {
         assert_eq!(model_dir(""), "model=__HIVE_DEFAULT_PARTITION__");
         assert_eq!(model_dir("resnet-50_v1.2"), "model=resnet-50_v1.2");
         assert!(model_dir(&"é".repeat(100)).starts_with("model=sha256."));
+    }
+
+    #[test]
+    fn a_dataset_keeps_the_format_it_was_first_written_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let delta = || {
+            crate::sink::Dataset::open(dir.path(), SinkOptions::default())
+                .unwrap()
+                .with_delta(crate::sink::delta::DeltaTable::local(dir.path()).unwrap())
+        };
+        assert!(delta().recorded_delta().unwrap());
+        let parquet = crate::sink::Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+        assert!(parquet.recorded_delta().unwrap(), "recorded");
+        // A dataset written before the record existed (checkpoints, no record) is Parquet.
+        let old = memory();
+        let ds = on_memory(&old, SinkOptions::default());
+        let staged = ds.stage("t-0", 1, &rows(0), i64::MIN).unwrap();
+        ds.commit(&committed("t-0", 1, &staged)).unwrap();
+        let dir2 = tempfile::tempdir().unwrap();
+        let table = crate::sink::delta::DeltaTable::local(dir2.path()).unwrap();
+        let now = on_memory(&old, SinkOptions::default()).with_delta(table);
+        assert!(!now.recorded_delta().unwrap());
     }
 
     #[test]

@@ -133,6 +133,11 @@ impl Dataset {
             },
             e => encode(&e),
         })?;
+        // Delta has no unsigned integers: the files of a table hold types its schema can say.
+        let batch = match &self.delta {
+            Some(_) => super::signed::signed(batch).map_err(|e| encode(&e))?,
+            None => batch,
+        };
         // Before the file can be committed, so that `_common_metadata` never lacks its columns.
         self.common_metadata
             .cover(&*self.storage, visible, batch.schema_ref())?;

@@ -445,6 +445,7 @@ impl Dataset {
             oldest: Arc::default(),
             columns: Arc::default(),
             common_metadata: Arc::default(),
+            delta: None,
         }
     }
 
