@@ -122,11 +122,20 @@ async fn the_queue_holds_at_most_its_byte_budget_of_bodies() {
     let held = shared.clone();
     shared.shutdown(Duration::from_millis(100)).await;
     // The shutdown drains the queue: both calls that were let in became records (handed to
-    // the producer; no broker is behind it), so neither was queued only to be lost.
+    // the producer; no broker is behind it), so neither was queued only to be lost. Every
+    // other outcome is named in the message, so that a failure says where the calls went.
+    let counted = |all: &[&'static str], count: &dyn Fn(&'static str) -> u64| {
+        let counts = all.iter().map(|r| (*r, count(r)));
+        counts.filter(|(_, n)| *n > 0).collect::<Vec<_>>()
+    };
+    let dropped_reasons: Vec<&'static str> = Dropped::ALL.iter().map(|r| r.as_str()).collect();
+    let skipped_reasons: Vec<&'static str> = Skipped::ALL.iter().map(|r| r.as_str()).collect();
     assert_eq!(
         metrics.produced().records,
         2,
-        "the calls within the budget are published"
+        "the calls within the budget are published; dropped {:?}, skipped {:?}",
+        counted(&dropped_reasons, &|r| metrics.dropped_count(r)),
+        counted(&skipped_reasons, &|r| metrics.skipped_count(r)),
     );
     held.submit(call(10));
     assert_eq!(dropped("shutting_down"), 1);

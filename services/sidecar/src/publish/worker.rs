@@ -35,6 +35,11 @@ pub(super) fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
     let mut batch = Vec::with_capacity(BATCH);
     let mut local = Local::default();
     loop {
+        // Read before the queue is looked at: a thread that finds the queue empty after
+        // `closing` was set has seen every call submitted before the shutdown began. Read
+        // after, a call submitted between the look and the read would be left in the queue
+        // (counted `shutting_down` by the shutdown) instead of published.
+        let closing = shared.closing.load(Ordering::SeqCst);
         let mut disconnected = false;
         match rx.lock() {
             Ok(rx) => {
@@ -75,7 +80,7 @@ pub(super) fn worker(shared: &Shared, rx: &Mutex<Receiver<Queued>>) {
         }
         dead_letter_refused(shared);
         if !worked {
-            if disconnected || shared.closing.load(Ordering::SeqCst) {
+            if disconnected || closing {
                 return;
             }
             std::thread::sleep(DRAIN_INTERVAL);
