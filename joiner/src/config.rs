@@ -17,8 +17,8 @@ mod window;
 
 pub use input::{EventFormat, EventsPartitioning, EventsTopics, InputConfig, TopicFormat};
 pub use output::{
-    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_FLUSH_ROWS, ObjectStoreConfig, OutputConfig, OutputFormat,
-    OutputLocation,
+    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_FLUSH_ROWS, DeltaConfig, ObjectStoreConfig, OutputConfig,
+    OutputFormat, OutputLocation,
 };
 pub use window::{HeldLogs, WindowConfig};
 
@@ -138,6 +138,15 @@ impl JoinerConfig {
                 "output.partition-by-model is not supported with output.format = \"delta\" yet"
                     .into(),
             ));
+        }
+        if config.output.format == OutputFormat::Delta
+            && config.output.delta.vacuum
+            && config.output.delta.vacuum_retention < std::time::Duration::from_secs(3600)
+        {
+            return Err(err(format!(
+                "output.delta.vacuum-retention is {}; it must be at least 1h, longer than any read of the table and any commit in flight (or set output.delta.vacuum = false)",
+                humantime::format_duration(config.output.delta.vacuum_retention)
+            )));
         }
         if config.output.checkpoints_kept < 2 {
             return Err(err(

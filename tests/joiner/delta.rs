@@ -220,3 +220,104 @@ pub(super) async fn on_s3_a_delta_table_holds_every_row_once() {
     );
     check_delta_with(Path::new(&url), &s3.aws_env(), &s.expected, "on S3");
 }
+
+/// Once an hour is complete, its many small files (a task commits every 2 rows) are compacted
+/// into files of about `target-file-bytes`: every version of the table, read by time travel,
+/// holds each row once, the compaction's version the same rows as the one before it, the hour
+/// ends with at most ceil(bytes / target) + 1 files, and the table records how far the
+/// dataset is complete. The log is checkpointed every 5 versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(super) async fn complete_hours_are_compacted_and_every_version_holds_each_row_once() {
+    let name = "complete_hours_are_compacted_and_every_version_holds_each_row_once";
+    let Some(kafka) = kafka(name) else {
+        return;
+    };
+    const TARGET: u64 = 8192;
+    let s = setup(kafka, 12, 2).await;
+    let out = s.dir.path().join("compacted");
+    let group = s.kafka.unique_group("delta-compact");
+    let config = s.joiner_config("delta-compact", &group, &out);
+    set_format(&config, "delta");
+    // The rows are of 2025-11-29 18:00 UTC: once the inputs are quiet the watermark moves on
+    // the wall clock (`idle-timeout`) and that hour completes.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "flush-interval = \"300ms\"\n",
+            "flush-interval = \"300ms\"\nflush-rows = 2\n",
+        )
+        .replace("idle-timeout = \"1h\"", "idle-timeout = \"2s\"");
+    std::fs::write(
+        &config,
+        format!("{text}[output.delta]\ntarget-file-bytes = {TARGET}\ncheckpoint-interval = 5\n"),
+    )
+    .unwrap();
+    let joiner = Joiner::start(&config);
+    let hour = out.join("dt=2025-11-29/hr=18");
+    let compacted = featurelog_testkit::eventually(Duration::from_secs(120), || {
+        hour.join("_COMPACTED").exists()
+    })
+    .await;
+    assert!(compacted, "the hour was not compacted in 120 s");
+    assert!(hour.join("_SUCCESS").exists());
+    assert!(joiner.terminate().success());
+    // Readers start from a checkpoint of the log, not from its first commit.
+    assert!(out.join("_delta_log/_last_checkpoint").exists());
+
+    let versions = featurelog_testkit::python_json("delta_versions.py", &[&out], &[]);
+    let versions = versions.as_array().unwrap();
+    let want: Vec<serde_json::Value> = s
+        .expected
+        .keys()
+        .map(|(request, item)| serde_json::json!([request, item]))
+        .collect();
+    let mut previous: Option<&serde_json::Value> = None;
+    let mut optimized = 0;
+    for v in versions {
+        let rows = v["rows"].as_array().unwrap();
+        let mut unique = rows.clone();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            rows.len(),
+            "version {}: rows twice",
+            v["version"]
+        );
+        assert!(
+            rows.iter().all(|r| want.contains(r)),
+            "version {}",
+            v["version"]
+        );
+        if v["operation"] == "OPTIMIZE" {
+            optimized += 1;
+            let before = previous.unwrap();
+            assert_eq!(v["rows"], before["rows"], "the compaction changed rows");
+            assert!(
+                v["files"].as_array().unwrap().len() < before["files"].as_array().unwrap().len()
+            );
+        }
+        previous = Some(v);
+    }
+    assert_eq!(optimized, 1, "one compaction of the one hour");
+    let last = versions.last().unwrap();
+    assert_eq!(last["rows"].as_array().unwrap(), &want, "every row, once");
+    let files: Vec<PathBuf> = (last["files"].as_array().unwrap().iter())
+        .map(|u| {
+            let u = u.as_str().unwrap();
+            PathBuf::from(u.strip_prefix("file://").unwrap_or(u))
+        })
+        .collect();
+    let bytes: u64 = files.iter().map(|f| f.metadata().unwrap().len()).sum();
+    assert!(
+        files.len() as u64 <= bytes.div_ceil(TARGET) + 1,
+        "{} files of {bytes} bytes for a target of {TARGET}",
+        files.len()
+    );
+    // A scheduler finds how far the dataset is complete in the table's history.
+    let through = (versions.iter())
+        .filter_map(|v| v["complete_through"].as_str())
+        .max()
+        .unwrap();
+    assert!(through >= "2025-11-29T19:00:00Z", "{through}");
+    check_delta(&out, &s.expected, "compacted");
+}

@@ -60,6 +60,57 @@ pub struct OutputConfig {
     /// table (docs/JOINER.md, "Delta table output").
     #[serde(default)]
     pub format: OutputFormat,
+    /// The Delta table's compaction and VACUUM (`format = "delta"` only).
+    #[serde(default)]
+    pub delta: DeltaConfig,
+}
+
+/// `[output.delta]`: what the joiner does to its Delta table once hours are complete
+/// (docs/JOINER.md, "Compaction, VACUUM and completeness in the table").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct DeltaConfig {
+    /// Once an hour is complete, its files smaller than this many bytes are rewritten into
+    /// files of about this size, in one commit that changes no row. 0 turns compaction off.
+    #[serde(default = "default_target_file_bytes")]
+    pub target_file_bytes: u64,
+    /// Delete the files a compaction removed from the table, `vacuum-retention` after it.
+    #[serde(default = "default_vacuum")]
+    pub vacuum: bool,
+    /// How long a compaction's removed files stay: a reader of an older version of the table
+    /// (a training job that started before the compaction, a time-travel read) finds them
+    /// until then. At least 1 hour.
+    #[serde(default = "default_vacuum_retention", with = "humantime_serde")]
+    pub vacuum_retention: Duration,
+    /// A checkpoint of the table's log is written once this many versions were committed
+    /// since the last one (each task flush is one), so that readers replay few commits.
+    #[serde(default = "default_checkpoint_interval")]
+    pub checkpoint_interval: u64,
+}
+
+impl Default for DeltaConfig {
+    fn default() -> Self {
+        Self {
+            target_file_bytes: default_target_file_bytes(),
+            vacuum: default_vacuum(),
+            vacuum_retention: default_vacuum_retention(),
+            checkpoint_interval: default_checkpoint_interval(),
+        }
+    }
+}
+
+fn default_target_file_bytes() -> u64 {
+    256 << 20
+}
+fn default_checkpoint_interval() -> u64 {
+    100
+}
+fn default_vacuum() -> bool {
+    true
+}
+/// Delta's own default (`delta.deletedFileRetentionDuration`).
+fn default_vacuum_retention() -> Duration {
+    Duration::from_secs(7 * 24 * 3600)
 }
 
 /// The dataset's format.

@@ -40,6 +40,8 @@ pub(super) struct Join {
     /// The name of every task of the dataset, for the completeness markers.
     pub(super) all_tasks: Vec<String>,
     pub(super) completeness_lag: i64,
+    /// What the completeness pass then does to a Delta table (`[output.delta]`).
+    pub(super) upkeep: crate::sink::TableUpkeep,
     pub(super) max_ahead_us: i64,
     pub(super) features_wait_us: i64,
     /// The monotonic clock's origin for [`crate::align::Every`].
@@ -129,6 +131,7 @@ impl Join {
             held_in_topic,
             all_tasks,
             completeness_lag,
+            upkeep: crate::sink::TableUpkeep::from_config(&config.output.delta),
             max_ahead_us,
             features_wait_us,
             started: std::time::Instant::now(),

@@ -186,9 +186,15 @@ fn mark_complete(join: &Join, markers: &mut Option<std::thread::JoinHandle<Marke
         }
     }
     let (dataset, all_tasks) = (join.dataset.clone(), join.all_tasks.clone());
-    let completeness_lag = join.completeness_lag;
+    let (completeness_lag, upkeep) = (join.completeness_lag, join.upkeep.clone());
     match spawn_named("featurelog-markers", move || {
-        dataset.mark_complete(&all_tasks, completeness_lag)
+        let marked = dataset.mark_complete(&all_tasks, completeness_lag)?;
+        // After the markers, whose pass rolled every task's newest checkpoint into the table:
+        // a complete hour's files in the table are then all it will hold.
+        if let Err(err) = dataset.upkeep(&upkeep) {
+            tracing::warn!(%err, "Delta table upkeep (compaction, VACUUM), tried again next pass");
+        }
+        Ok(marked)
     }) {
         Ok(pass) => *markers = Some(pass),
         Err(err) => tracing::warn!(%err, "completeness markers: no thread for a pass"),

@@ -30,6 +30,10 @@ use super::error::SinkError;
 use files::{TableFile, describe, new_columns, partition_values, table_schema};
 
 mod files;
+mod log_checkpoint;
+mod rewrite;
+
+pub(crate) use rewrite::LiveFile;
 
 /// Recorded as the writer of every commit (`commitInfo.engineInfo`).
 const ENGINE_INFO: &str = concat!("featurelog-joiner/", env!("CARGO_PKG_VERSION"));
@@ -53,6 +57,11 @@ pub(crate) struct DeltaTable {
     snapshot: Mutex<Option<SnapshotRef>>,
     /// Per task, the highest `txn` version this handle has seen or committed.
     done: Mutex<HashMap<String, u64>>,
+    /// The store the table is in, for the checkpoint writer's engine.
+    store: Arc<dyn ObjectStore>,
+    checkpoint_engine: log_checkpoint::CheckpointEngineCell,
+    /// The newest log checkpoint version this handle has seen or written.
+    checkpointed: Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for DeltaTable {
@@ -87,10 +96,13 @@ impl DeltaTable {
             root.set_path(&format!("{}/", root.path()));
         }
         Self {
-            engine: DefaultEngineBuilder::new(store).build(),
+            engine: DefaultEngineBuilder::new(store.clone()).build(),
             root,
             snapshot: Mutex::new(None),
             done: Mutex::default(),
+            store,
+            checkpoint_engine: std::sync::OnceLock::new(),
+            checkpointed: Mutex::new(None),
         }
     }
 
@@ -185,9 +197,7 @@ impl DeltaTable {
                 }
                 Outcome::Retry(why) => {
                     tracing::debug!(task, epoch, attempt, why, "Delta commit retried");
-                    // Spread the retries of tasks that collided, so they do not collide again.
-                    let ms = 5 + fastrand_below(20 * u64::from(attempt.min(10) + 1));
-                    std::thread::sleep(Duration::from_millis(ms));
+                    std::thread::sleep(jitter(attempt));
                 }
             }
         }
@@ -338,6 +348,12 @@ fn stats(rows: i64) -> arrow_array::StructArray {
         Arc::new(Field::new("numRecords", DataType::Int64, true)),
         rows,
     )])
+}
+
+/// How long a writer waits before its next attempt after a conflict: spread, so that the
+/// writers that collided do not collide again.
+fn jitter(attempt: u32) -> Duration {
+    Duration::from_millis(5 + fastrand_below(20 * u64::from(attempt.min(10) + 1)))
 }
 
 /// A number below `n` (at least 1), for jitter; not for anything that needs randomness.

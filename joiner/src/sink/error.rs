@@ -72,6 +72,15 @@ pub enum SinkError {
         /// What failed, with the kernel's message.
         problem: String,
     },
+    /// A data file of a complete hour cannot be read or rewritten by the Delta table's
+    /// compaction. The hour keeps its files; the next completeness pass tries again.
+    #[error("compacting {path}: {problem}")]
+    Compact {
+        /// The file being read or written.
+        path: PathBuf,
+        /// What failed.
+        problem: String,
+    },
     /// A checkpoint cannot be read, or names a file that is gone.
     #[error("checkpoint {path}: {problem}")]
     Checkpoint {

@@ -232,6 +232,9 @@ impl Storage for Watched {
         }
         self.inner.children(dir)
     }
+    fn files_modified(&self, dir: &str) -> Result<Vec<(String, i64)>, SinkError> {
+        self.inner.files_modified(dir)
+    }
     fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
         self.inner.publish(staged, visible)
     }

@@ -24,6 +24,9 @@ pub(super) struct Complete {
     /// Per directory above the hours: "" for the dataset's root, `model=.../` for each model
     /// with `partition-by-model`.
     parts: BTreeMap<String, Marks>,
+    /// The dataset watermark and the end of completeness (hours ending at or before it are
+    /// complete) of the newest pass, in microseconds.
+    last: Option<(i64, i64)>,
 }
 
 /// What [`Dataset::mark_complete`] knows of the hours under one directory.
@@ -117,6 +120,7 @@ impl Dataset {
             return Ok(Vec::new());
         }
         let complete_before = watermark.saturating_sub(lag_us);
+        known.last = Some((watermark, complete_before));
         let mut marked = Vec::new();
         let dirs = if self.options.partition_by_model {
             let prefix = format!("{MODEL_PARTITION}=");
@@ -150,6 +154,17 @@ impl Dataset {
             self.mark_gaps(dir, marks, listed, complete_before, newest, &mut marked)?;
         }
         Ok(marked)
+    }
+
+    /// The dataset watermark and the end of completeness that the newest
+    /// [`Dataset::mark_complete`] pass of this handle found, in microseconds; `None` before
+    /// one found every task's checkpoint.
+    pub(super) fn completeness(&self) -> Option<(i64, i64)> {
+        let known = self
+            .complete
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        known.last
     }
 
     /// Marks the complete hours listed under `dir` (see [`Dataset::mark_complete`]); returns

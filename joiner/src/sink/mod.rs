@@ -12,6 +12,8 @@
 //! - `columns.rs`: the column registry (`_featurelog/columns/`);
 //! - `delta.rs`: the Delta table of `output.format = "delta"`, which each roll forward commits
 //!   to, and `signed.rs`, the signed column types its files hold;
+//! - `upkeep.rs`: the Delta table's upkeep after each completeness pass, with `compact.rs`
+//!   (rewriting a complete hour's small files) and `vacuum.rs` (deleting files no reader needs);
 //! - `records.rs`: what the first joiner recorded (partition count, layout, events topics);
 //! - `common_metadata.rs`: `_common_metadata`, every column of the data files, for readers;
 //! - `storage.rs`: the primitives the protocol is built from, and `store.rs`, their one
@@ -27,6 +29,7 @@ use crate::config::{OutputConfig, OutputFormat, OutputLocation};
 mod columns;
 mod commit;
 mod common_metadata;
+mod compact;
 mod delta;
 mod error;
 mod layout;
@@ -38,6 +41,8 @@ mod signed;
 mod stage;
 mod storage;
 mod store;
+mod upkeep;
+mod vacuum;
 
 #[cfg(test)]
 mod fixtures;
@@ -49,6 +54,7 @@ pub(crate) use layout::safe;
 pub use layout::{MODEL_PARTITION, model_dir};
 pub use markers::SUCCESS;
 pub use stage::Staged;
+pub use upkeep::TableUpkeep;
 
 use storage::Storage;
 
@@ -107,6 +113,8 @@ pub struct Dataset {
     common_metadata: Arc<common_metadata::Covered>,
     /// The Delta table each roll forward commits to (`output.format = "delta"`).
     delta: Option<Arc<delta::DeltaTable>>,
+    /// What the Delta table's upkeep has done in this process.
+    upkept: Arc<std::sync::Mutex<upkeep::Upkept>>,
 }
 
 /// The id of a new handle: see [`Dataset::writer`](Dataset).

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use arrow_schema::ArrowError;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
@@ -141,20 +142,26 @@ impl Dataset {
         // Before the file can be committed, so that `_common_metadata` never lacks its columns.
         self.common_metadata
             .cover(&*self.storage, visible, batch.schema_ref())?;
-        let level = ZstdLevel::try_new(self.options.zstd_level).map_err(|e| encode(&e))?;
-        // Ids are nearly unique per row: a dictionary of them saves nothing that zstd does not,
-        // and costs a hash per id. Feature columns keep theirs (categorical values coded as
-        // numbers shrink to a few bits each).
-        let props = WriterProperties::builder()
-            .set_column_dictionary_enabled(ColumnPath::from("request_id"), false)
-            .set_column_dictionary_enabled(ColumnPath::from("item_id"), false)
-            .set_compression(Compression::ZSTD(level))
-            .set_max_row_group_row_count(Some(self.options.row_group_rows.max(1)))
-            .build();
+        let props = self.writer_properties().map_err(|e| encode(&e))?;
         let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
             .map_err(|e| encode(&e))?;
         writer.write(&batch).map_err(|e| encode(&e))?;
         writer.into_inner().map_err(|e| encode(&e))
+    }
+
+    /// How every data file of the dataset is encoded: by a flush, and by a Delta table's
+    /// compaction.
+    pub(super) fn writer_properties(&self) -> Result<WriterProperties, ParquetError> {
+        let level = ZstdLevel::try_new(self.options.zstd_level)?;
+        // Ids are nearly unique per row: a dictionary of them saves nothing that zstd does not,
+        // and costs a hash per id. Feature columns keep theirs (categorical values coded as
+        // numbers shrink to a few bits each).
+        Ok(WriterProperties::builder()
+            .set_column_dictionary_enabled(ColumnPath::from("request_id"), false)
+            .set_column_dictionary_enabled(ColumnPath::from("item_id"), false)
+            .set_compression(Compression::ZSTD(level))
+            .set_max_row_group_row_count(Some(self.options.row_group_rows.max(1)))
+            .build())
     }
 }
 

@@ -27,6 +27,9 @@ pub(super) trait Storage: std::fmt::Debug + Send + Sync {
     fn exists(&self, relative: &str) -> Result<bool, SinkError>;
     /// The sub-directory and file names directly under `dir` ("" for the root).
     fn children(&self, dir: &str) -> Result<(Vec<String>, Vec<String>), SinkError>;
+    /// The files directly under `dir`, each with when it was last modified (milliseconds
+    /// since the epoch).
+    fn files_modified(&self, dir: &str) -> Result<Vec<(String, i64)>, SinkError>;
     /// Gives a staged file its visible name. Ok(false) when the staged file is gone.
     fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError>;
     /// Deletes what is left under a staging prefix whose files were all published.

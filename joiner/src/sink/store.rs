@@ -369,6 +369,21 @@ impl Storage for Store {
         ))
     }
 
+    fn files_modified(&self, dir: &str) -> Result<Vec<(String, i64)>, SinkError> {
+        let key = self.key(dir);
+        let (store, target) = (self.store.clone(), key.clone());
+        let listed = self.block("list", &key, async move {
+            let prefix = (!target.as_ref().is_empty()).then_some(&target);
+            store.list_with_delimiter(prefix).await
+        })?;
+        Ok((listed.objects.iter())
+            .map(|o| {
+                let name = o.location.filename().unwrap_or_default().to_owned();
+                (name, o.last_modified.timestamp_millis())
+            })
+            .collect())
+    }
+
     fn publish(&self, staged: &str, visible: &str) -> Result<bool, SinkError> {
         let (from, to) = (self.key(staged), self.key(visible));
         let (store, f, t) = (self.store.clone(), from.clone(), to.clone());
@@ -446,6 +461,7 @@ impl Dataset {
             columns: Arc::default(),
             common_metadata: Arc::default(),
             delta: None,
+            upkept: Arc::default(),
         }
     }
 
