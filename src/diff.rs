@@ -24,7 +24,8 @@ enum Format {
 pub struct DiffArgs {
     /// Served features: a Parquet, CSV or TSV file (`.csv.gz` and `.tsv.gz` too), or a
     /// directory of them (hive partitions included), usually the joiner's output; or `s3://bucket/prefix` (S3 settings and
-    /// credentials from the environment, as the AWS tools read them).
+    /// credentials from the environment, as the AWS tools read them). A directory or prefix
+    /// holding `_delta_log/` is read as a Delta table, through its log.
     #[arg(long, value_name = "PATH")]
     served: PathBuf,
     /// The offline pipeline's features, same forms; this side is held in memory (columnar).
@@ -58,6 +59,12 @@ pub struct DiffArgs {
     /// joiner's complete hours, a Spark output's root); others are skipped and counted.
     #[arg(long)]
     complete_only: bool,
+    /// Read this version of the served Delta table (default: its newest).
+    #[arg(long, value_name = "N")]
+    version: Option<u64>,
+    /// Read this version of the offline Delta table (default: its newest).
+    #[arg(long, value_name = "N")]
+    offline_version: Option<u64>,
 }
 
 pub fn run(args: DiffArgs) -> ExitCode {
@@ -87,6 +94,8 @@ fn execute(args: DiffArgs) -> anyhow::Result<Verdict> {
     opts.threads = args.threads;
     opts.top_pairs = args.top_pairs;
     opts.complete_only = args.complete_only;
+    opts.served_version = args.version;
+    opts.offline_version = args.offline_version;
     let report = featurelog_diff::run(&opts)?;
     if let Some(path) = &args.html {
         std::fs::write(path, report.render_html())

@@ -99,10 +99,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr so that stdout stays for what a command reports.
+/// Logs go to stderr so that stdout stays for what a command reports. The Delta kernel logs
+/// every snapshot and scan it builds at info, several lines per table read or commit: only its
+/// warnings show unless `FEATURELOG_LOG` asks for more.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FEATURELOG_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,delta_kernel=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

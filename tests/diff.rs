@@ -2,7 +2,7 @@
 //! truncation, separator swap, float noise within and beyond tolerance, missing keys, a stale
 //! column) must be reported exactly, and nothing else; exit codes 0/1/2. The modules below
 //! take the rest: inputs as other writers make them (`writers`), what a side and the options
-//! may be (`inputs`), exact comparisons and structs (`exactness`), the report's other
+//! may be (`inputs`), Delta tables read through their log (`delta`), exact comparisons and structs (`exactness`), the report's other
 //! sections (`reports`), and how values and charts show, the HTML page opened in headless
 //! Chromium without console errors and screenshotted (`display`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // Test helpers: a panic is a failed test.
@@ -810,6 +810,8 @@ fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
     RecordBatch::try_from_iter(columns).unwrap()
 }
 
+#[path = "diff/delta.rs"]
+mod delta;
 #[path = "diff/display.rs"]
 mod display;
 #[path = "diff/exactness.rs"]

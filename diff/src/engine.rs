@@ -19,17 +19,38 @@ use crate::summary::feature_report;
 use crate::{DiffError, DiffOptions};
 
 /// One side's input: a local path, or an `s3://` URL copied to a temporary directory first
-/// (returned with it, to be kept while the input is read). Reports name the URL.
+/// (returned with it, to be kept while the input is read); either read through its Delta log
+/// when it is a table, at `version` (the newest when `None`). Reports name the path as given.
 fn open_input(
     path: &std::path::Path,
     keys: &[String],
     complete_only: bool,
+    version: Option<u64>,
 ) -> Result<(Input, Option<crate::remote::Fetched>), DiffError> {
+    let shown = path.display().to_string();
+    let not_a_table = || {
+        DiffError::Options(format!(
+            "a version ({}) applies to a Delta table, and {shown} is not one (no _delta_log/ in it)",
+            version.unwrap_or_default()
+        ))
+    };
     if crate::remote::s3_url(path).is_none() {
+        if crate::delta::is_local_table(path) {
+            let table = crate::delta::local(path, version)?;
+            let input = crate::delta::open(path, table, &shown, keys, complete_only)?;
+            return Ok((input, None));
+        }
+        if version.is_some() {
+            return Err(not_a_table());
+        }
         return Ok((Input::open(path, keys, complete_only)?, None));
     }
-    let copy = crate::remote::fetch(path)?;
-    let mut input = Input::open(&copy.root, keys, complete_only)?;
+    let mut copy = crate::remote::fetch(path, version, complete_only)?;
+    let mut input = match copy.table.take() {
+        Some(table) => crate::delta::open(&copy.root, table, &shown, keys, complete_only)?,
+        None if version.is_some() => return Err(not_a_table()),
+        None => Input::open(&copy.root, keys, complete_only)?,
+    };
     input.root = path.to_owned();
     Ok((input, Some(copy)))
 }
@@ -40,9 +61,18 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
     let start = Instant::now();
     let (served_keys, offline_keys) = crate::plan::key_names(opts);
     // `s3://` inputs are copied to local disk first (the copies go when the diff returns).
-    let (served, _served_copy) = open_input(&opts.served, &served_keys, opts.complete_only)?;
-    let (offline_input, _offline_copy) =
-        open_input(&opts.offline, &offline_keys, opts.complete_only)?;
+    let (served, _served_copy) = open_input(
+        &opts.served,
+        &served_keys,
+        opts.complete_only,
+        opts.served_version,
+    )?;
+    let (offline_input, _offline_copy) = open_input(
+        &opts.offline,
+        &offline_keys,
+        opts.complete_only,
+        opts.offline_version,
+    )?;
     let plan = plan(&served, &offline_input, opts)?;
     let threads = opts
         .threads
@@ -216,6 +246,7 @@ pub fn run(opts: &DiffOptions) -> Result<Report, DiffError> {
         rows,
         columns: input.schema.fields().len(),
         incomplete_files_skipped: input.incomplete_skipped,
+        delta_version: input.table_version,
     };
     let mut report = Report {
         schema_version: SCHEMA_VERSION,

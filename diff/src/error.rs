@@ -17,6 +17,26 @@ pub enum DiffError {
         /// What failed.
         message: String,
     },
+    /// A Delta table's log could not be read, or the table holds what the diff cannot read.
+    #[error("Delta table {table}{}: {problem}", at_version(*version))]
+    Delta {
+        /// The table's root, as given.
+        table: String,
+        /// The version read, when it was known.
+        version: Option<u64>,
+        /// What failed, with the kernel's message.
+        problem: String,
+    },
+    /// `--version` (or `--offline-version`) names a version the table does not have yet.
+    #[error("Delta table {table} has no version {version}; its newest is {newest}")]
+    NoSuchVersion {
+        /// The table's root, as given.
+        table: String,
+        /// The version asked for.
+        version: u64,
+        /// The table's newest version.
+        newest: u64,
+    },
     /// A file or directory could not be read.
     #[error("reading {path}")]
     Io {
@@ -165,4 +185,11 @@ pub enum DiffError {
     /// A worker thread died; a bug, reported instead of a panic.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// ` at version N`, or nothing when the version is not known yet.
+fn at_version(version: Option<u64>) -> String {
+    version
+        .map(|v| format!(" at version {v}"))
+        .unwrap_or_default()
 }

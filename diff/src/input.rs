@@ -3,7 +3,8 @@
 //! partitions `name=value/` become string columns), unifies their schemas, and streams record
 //! batches of the requested columns in units (a Parquet row group, a CSV file) that worker
 //! threads share. CSV key columns are read as text; other CSV column types are inferred per
-//! file and merged across the files of a side.
+//! file and merged across the files of a side. A Delta table's files come from its log instead
+//! of a walk (`crate::delta`), their partition columns in the table's types.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -30,8 +31,9 @@ enum Format {
     Csv(SchemaRef),
 }
 
-/// A hive partition: `name=value` decoded, `None` for `__HIVE_DEFAULT_PARTITION__` (null).
-type Partition = (String, Option<String>);
+/// A hive partition: `name=value` decoded, `None` for `__HIVE_DEFAULT_PARTITION__` (null); or
+/// a Delta table's partition value from its log.
+pub(crate) type Partition = (String, Option<String>);
 
 /// The directory name hive writers (pyarrow, Spark, Hive) give a null partition value.
 const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
@@ -99,6 +101,11 @@ pub(crate) struct Input {
     /// File columns then partition columns, each once.
     pub(crate) schema: SchemaRef,
     pub(crate) partition_columns: Vec<String>,
+    /// The types of partition columns that are not strings (a Delta table's, from its schema);
+    /// values are cast to them as they are read.
+    partition_types: BTreeMap<String, DataType>,
+    /// The version read, when the side is a Delta table.
+    pub(crate) table_version: Option<u64>,
     /// Data files skipped because no `_SUCCESS` marks their directory complete
     /// (`complete_only`).
     pub(crate) incomplete_skipped: usize,
@@ -143,6 +150,19 @@ impl Input {
             found.push((root.to_owned(), Vec::new()));
         }
         found.sort();
+        Self::from_files(root, found, text_columns, walked.skipped, BTreeMap::new())
+    }
+
+    /// The side made of exactly the files `found`, each with its partition values, whose
+    /// partition columns have `partition_types` (strings when not named there); `skipped` files
+    /// were left out as incomplete.
+    pub(crate) fn from_files(
+        root: &Path,
+        found: Vec<(PathBuf, Vec<Partition>)>,
+        text_columns: &[String],
+        skipped: usize,
+        partition_types: BTreeMap<String, DataType>,
+    ) -> Result<Input, DiffError> {
         let mut files = Vec::new();
         for (path, partitions) in found {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -171,10 +191,10 @@ impl Input {
                 partitions,
             });
         }
-        if files.is_empty() && walked.skipped > 0 {
+        if files.is_empty() && skipped > 0 {
             return Err(DiffError::NoCompleteInput {
                 path: root.to_owned(),
-                skipped: walked.skipped,
+                skipped,
             });
         }
         if files.is_empty() {
@@ -216,7 +236,8 @@ impl Input {
         for name in &partition_columns {
             if !index.contains_key(name) {
                 index.insert(name.clone(), fields.len());
-                fields.push(Field::new(name, DataType::Utf8, true));
+                let data_type = partition_types.get(name).unwrap_or(&DataType::Utf8);
+                fields.push(Field::new(name, data_type.clone(), true));
             }
         }
         Ok(Input {
@@ -224,7 +245,9 @@ impl Input {
             files,
             schema: Arc::new(Schema::new(fields)),
             partition_columns,
-            incomplete_skipped: walked.skipped,
+            partition_types,
+            table_version: None,
+            incomplete_skipped: skipped,
         })
     }
 
@@ -356,13 +379,11 @@ impl Input {
                 let array = if let Some(col) = batch.column_by_name(c) {
                     col.clone()
                 } else if let Some((_, v)) = f.partitions.iter().find(|(k, _)| k == c) {
-                    match v {
-                        Some(v) => {
-                            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, n)))
-                                as ArrayRef
-                        }
-                        None => new_null_array(&DataType::Utf8, n),
-                    }
+                    self.partition_array(c, v.as_deref(), n)
+                        .map_err(|source| DiffError::Arrow {
+                            path: f.path.clone(),
+                            source,
+                        })?
                 } else {
                     let dt = self
                         .schema
@@ -430,6 +451,27 @@ impl Input {
             }
         }
         Ok(())
+    }
+}
+
+impl Input {
+    /// A partition column's value repeated `n` times, in the column's type.
+    fn partition_array(
+        &self,
+        column: &str,
+        value: Option<&str>,
+        n: usize,
+    ) -> Result<ArrayRef, arrow_schema::ArrowError> {
+        let data_type = self.partition_types.get(column);
+        let Some(value) = value else {
+            return Ok(new_null_array(data_type.unwrap_or(&DataType::Utf8), n));
+        };
+        let text: ArrayRef = Arc::new(StringArray::from_iter_values(std::iter::repeat_n(value, n)));
+        match data_type {
+            // The log holds every partition value as text (`2025-11-29`, `7`).
+            Some(t) => arrow_cast::cast(&text, t),
+            None => Ok(text),
+        }
     }
 }
 

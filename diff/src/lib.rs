@@ -17,13 +17,14 @@
 //! workspace already builds arrow and parquet 59, and either engine would add minutes of
 //! compilation on a 2-core machine for a join that is a hundred lines here.
 //!
-//! Modules: [`input`](crate) reads files, `keys` canonicalizes join keys, `plan` matches
+//! Modules: [`input`](crate) reads files (`delta` lists a Delta table's through its log), `keys` canonicalizes join keys, `plan` matches
 //! schemas, `values` compares, classifies and prints values, `stats` accumulates, `store`
 //! holds the offline side and `index` its keys, `probe` streams the served side through them,
 //! `engine` runs the join, `summary` makes each feature's report of what was counted,
 //! [`report`] holds the result and `render` prints it.
 
 mod bins;
+mod delta;
 mod engine;
 mod error;
 mod index;

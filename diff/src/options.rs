@@ -17,7 +17,8 @@ pub struct DiffOptions {
     /// The served side: a Parquet, CSV or TSV file (text gzipped or not), or a directory
     /// searched recursively (hive partitions `name=value/` become string columns; names
     /// starting with `.` or `_` are skipped, as Spark and pyarrow do; Hive's extensionless
-    /// Parquet files are read when nothing else is there).
+    /// Parquet files are read when nothing else is there). A directory holding `_delta_log/`
+    /// is a Delta table, read through its log: the files it holds at `served_version`.
     pub served: PathBuf,
     /// The offline side, same forms. It is the side held in memory (columnar) and indexed.
     pub offline: PathBuf,
@@ -38,6 +39,12 @@ pub struct DiffOptions {
     /// root). Files elsewhere (an hour still growing, the joiner's `late/`) are skipped and
     /// counted. A side given as one file is read as it is.
     pub complete_only: bool,
+    /// The version of the served side to read when it is a Delta table (a directory or prefix
+    /// holding `_delta_log/`, read through its log); `None`: the newest. Set for a side that is
+    /// not a table, it is an error.
+    pub served_version: Option<u64>,
+    /// The same for the offline side.
+    pub offline_version: Option<u64>,
 }
 
 impl DiffOptions {
@@ -53,6 +60,8 @@ impl DiffOptions {
             threads: None,
             top_pairs: 10,
             complete_only: false,
+            served_version: None,
+            offline_version: None,
         }
     }
 }

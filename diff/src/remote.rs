@@ -8,6 +8,9 @@
 //! copy skips what a local read skips (names starting with `.` or `_`: the joiner's
 //! `_featurelog/` state and pending files), so only data crosses the network, and the empty
 //! `_SUCCESS` markers that `--complete-only` reads.
+//! A prefix holding `_delta_log/` is a Delta table: only the files its log holds at the version
+//! read are copied (with the `_SUCCESS` markers when `--complete-only` reads them), not the
+//! removed files still under the prefix.
 //! Settings and credentials come from the environment as the AWS tools read them
 //! (`AWS_ACCESS_KEY_ID`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...).
 
@@ -21,6 +24,7 @@ use object_store::{ObjectStore, ObjectStoreExt as _};
 use tokio::io::AsyncWriteExt;
 
 use crate::DiffError;
+use crate::delta::{self, Table};
 
 /// Objects downloaded at once.
 const CONCURRENT_DOWNLOADS: usize = 8;
@@ -30,6 +34,8 @@ const CONCURRENT_DOWNLOADS: usize = 8;
 pub(crate) struct Fetched {
     /// What to read: the directory, or the one file.
     pub(crate) root: PathBuf,
+    /// When the input is a Delta table: its files at the version read, as their local copies.
+    pub(crate) table: Option<Table>,
     _dir: tempfile::TempDir,
 }
 
@@ -72,8 +78,20 @@ fn last_segment(relative: &str) -> &str {
     relative.rsplit('/').next().unwrap_or(relative)
 }
 
-/// Copies the data files of `url` (`s3://bucket/prefix`) to a temporary directory.
-pub(crate) fn fetch(url: &Path) -> Result<Fetched, DiffError> {
+/// The store of `bucket`, set up from the environment.
+fn bucket_store(bucket: &str) -> Result<Arc<dyn ObjectStore>, String> {
+    Ok(Arc::new(
+        AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .map_err(|e| format!("the S3 settings from the environment: {e}"))?,
+    ))
+}
+
+/// Copies the data files of `url` (`s3://bucket/prefix`) to a temporary directory: a Delta
+/// table's files at `version` (the newest when `None`), with the `_SUCCESS` markers when
+/// `markers`; otherwise every data file.
+pub(crate) fn fetch(url: &Path, version: Option<u64>, markers: bool) -> Result<Fetched, DiffError> {
     let shown = url.display().to_string();
     let remote = |message: String| DiffError::Remote {
         url: shown.clone(),
@@ -83,12 +101,7 @@ pub(crate) fn fetch(url: &Path) -> Result<Fetched, DiffError> {
     if bucket.is_empty() {
         return Err(remote("names no bucket (s3://bucket/prefix)".into()));
     }
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .build()
-            .map_err(|e| remote(format!("the S3 settings from the environment: {e}")))?,
-    );
+    let store = bucket_store(bucket).map_err(remote)?;
     let dir = tempfile::Builder::new()
         .prefix("featurelog-diff-")
         .tempdir()
@@ -103,10 +116,104 @@ pub(crate) fn fetch(url: &Path) -> Result<Fetched, DiffError> {
             path: dir.path().to_owned(),
             source,
         })?;
+    if runtime.block_on(has_log(&*store, prefix)).map_err(remote)? {
+        let under = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        let root = url::Url::parse(&format!("s3://{bucket}/{under}"))
+            .map_err(|e| remote(format!("the table's URL: {e}")))?;
+        // The kernel runs its requests on a runtime of its own: a store of its own too, so
+        // that no connection is shared between the two runtimes.
+        let kernel_store = bucket_store(bucket).map_err(remote)?;
+        let table = delta::list(kernel_store, &root, &shown, version)?;
+        let table = runtime
+            .block_on(copy_table(
+                store,
+                bucket,
+                prefix,
+                table,
+                markers,
+                dir.path(),
+            ))
+            .map_err(remote)?;
+        return Ok(Fetched {
+            root: dir.path().to_owned(),
+            table: Some(table),
+            _dir: dir,
+        });
+    }
     let root = runtime
         .block_on(copy(store, prefix, dir.path()))
         .map_err(remote)?;
-    Ok(Fetched { root, _dir: dir })
+    Ok(Fetched {
+        root,
+        table: None,
+        _dir: dir,
+    })
+}
+
+/// Whether `prefix` holds a Delta log (any object under `_delta_log/`).
+async fn has_log(store: &dyn ObjectStore, prefix: &str) -> Result<bool, String> {
+    let log = ObjectPath::from(format!("{prefix}/_delta_log"));
+    match store.list(Some(&log)).next().await {
+        None => Ok(false),
+        Some(Ok(_)) => Ok(true),
+        Some(Err(e)) => Err(format!("listing {log}: {e}")),
+    }
+}
+
+/// Downloads the files of `table` (in `bucket`, under `prefix`) into `into` with their paths
+/// relative to the prefix, and the `_SUCCESS` markers under the prefix when `markers`; returns
+/// the table with each file's URL that of its copy.
+async fn copy_table(
+    store: Arc<dyn ObjectStore>,
+    bucket: &str,
+    prefix: &str,
+    mut table: Table,
+    markers: bool,
+    into: &Path,
+) -> Result<Table, String> {
+    let base = ObjectPath::from(prefix);
+    let mut keys: Vec<(ObjectPath, String)> = Vec::with_capacity(table.files.len());
+    for file in &mut table.files {
+        let outside = || format!("{} is outside the table's prefix", file.url);
+        if file.url.scheme() != "s3" || file.url.host_str() != Some(bucket) {
+            return Err(outside());
+        }
+        let key =
+            ObjectPath::from_url_path(file.url.path()).map_err(|e| format!("{}: {e}", file.url))?;
+        let relative = relative_to(&key, &base).ok_or_else(outside)?;
+        let local = into.join(&relative);
+        file.url = url::Url::from_file_path(&local)
+            .map_err(|()| format!("{} is not an absolute path", local.display()))?;
+        keys.push((key, relative));
+    }
+    if markers {
+        let listed: Vec<_> = store
+            .list(Some(&base))
+            .try_collect()
+            .await
+            .map_err(|e| format!("listing: {e}"))?;
+        keys.extend(listed.into_iter().filter_map(|meta| {
+            let relative = relative_to(&meta.location, &base)?;
+            (last_segment(&relative) == "_SUCCESS" && is_wanted(&relative))
+                .then_some((meta.location, relative))
+        }));
+    }
+    download_all(store, keys, into).await?;
+    Ok(table)
+}
+
+/// `key`'s path below `base`, or `None` when it is not below it.
+fn relative_to(key: &ObjectPath, base: &ObjectPath) -> Option<String> {
+    Some(
+        key.prefix_match(base)?
+            .map(|part| part.as_ref().to_owned())
+            .collect::<Vec<_>>()
+            .join("/"),
+    )
 }
 
 /// Lists the data under `prefix` and downloads it into `into`; returns what to read.
@@ -119,15 +226,8 @@ async fn copy(store: Arc<dyn ObjectStore>, prefix: &str, into: &Path) -> Result<
         .map_err(|e| format!("listing: {e}"))?;
     let listed: Vec<(ObjectPath, String)> = listed
         .into_iter()
-        .filter_map(|meta| {
-            let relative = meta
-                .location
-                .prefix_match(&base)?
-                .map(|part| part.as_ref().to_owned())
-                .collect::<Vec<_>>()
-                .join("/");
-            Some((meta.location, relative))
-        })
+        .filter_map(|meta| Some((relative_to(&meta.location, &base)?, meta.location)))
+        .map(|(relative, location)| (location, relative))
         .collect();
     // Extensionless files only when nothing is data by its name, as a local read takes them.
     let named = listed.iter().any(|(_, relative)| is_data(relative));
@@ -152,6 +252,16 @@ async fn copy(store: Arc<dyn ObjectStore>, prefix: &str, into: &Path) -> Result<
     } else {
         into.to_owned()
     };
+    download_all(store, keys, into).await?;
+    Ok(root)
+}
+
+/// Downloads each key to its relative path under `into`, several at once.
+async fn download_all(
+    store: Arc<dyn ObjectStore>,
+    keys: Vec<(ObjectPath, String)>,
+    into: &Path,
+) -> Result<(), String> {
     futures::stream::iter(keys.into_iter().map(|(key, relative)| {
         let store = store.clone();
         let local = into.join(&relative);
@@ -160,7 +270,7 @@ async fn copy(store: Arc<dyn ObjectStore>, prefix: &str, into: &Path) -> Result<
     .buffer_unordered(CONCURRENT_DOWNLOADS)
     .try_collect::<Vec<()>>()
     .await?;
-    Ok(root)
+    Ok(())
 }
 
 /// Streams one object to a local file.

@@ -70,6 +70,8 @@ pub struct Side {
     pub columns: usize,
     /// Data files skipped as not complete (`--complete-only`; 0 without it).
     pub incomplete_files_skipped: usize,
+    /// The version read when the side is a Delta table (null otherwise).
+    pub delta_version: Option<u64>,
 }
 
 /// Key coverage. `served_rows = served_null_keys + served_duplicate_keys + both + served_only`,

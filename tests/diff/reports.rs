@@ -185,7 +185,7 @@ fn null_rates_shift_the_distributions() {
 }
 
 /// Copies every file under `dir` to the test S3 server under `prefix`, with its relative path.
-fn upload_dir(s3: &featurelog_testkit::TestS3, dir: &Path, prefix: &str) {
+pub(super) fn upload_dir(s3: &featurelog_testkit::TestS3, dir: &Path, prefix: &str) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut dirs = vec![dir.to_owned()];
     while let Some(d) = dirs.pop() {
@@ -204,7 +204,7 @@ fn upload_dir(s3: &featurelog_testkit::TestS3, dir: &Path, prefix: &str) {
 
 /// `featurelog diff --format json` with `env` and `extra` arguments, as (exit code, report,
 /// stderr).
-fn diff_json_with_env(
+pub(super) fn diff_json_with_env(
     served: &str,
     offline: &str,
     env: &[(&str, String)],

@@ -53,6 +53,13 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `Delta version N, ` for a side read through a Delta log, so the report says which version.
+fn delta_version(side: &crate::report::Side) -> String {
+    side.delta_version
+        .map(|v| format!("Delta version {v}, "))
+        .unwrap_or_default()
+}
+
 impl Report {
     /// The default terminal output: verdict, coverage, schema, a row per feature, then the top
     /// mismatching pairs and their explanations for each feature that has mismatches.
@@ -61,11 +68,13 @@ impl Report {
         let c = &self.coverage;
         let _ = writeln!(
             o,
-            "featurelog diff: {} ({} rows, {} files) vs {} ({} rows, {} files), key {}",
+            "featurelog diff: {} ({}{} rows, {} files) vs {} ({}{} rows, {} files), key {}",
             self.served.path,
+            delta_version(&self.served),
             self.served.rows,
             self.served.files,
             self.offline.path,
+            delta_version(&self.offline),
             self.offline.rows,
             self.offline.files,
             self.keys

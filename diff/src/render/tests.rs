@@ -62,6 +62,7 @@ fn side(path: &str, rows: u64) -> Side {
         rows,
         columns: 3,
         incomplete_files_skipped: 0,
+        delta_version: None,
     }
 }
 
