@@ -1,8 +1,8 @@
 //! `output.format = "delta"` end to end: an uninterrupted joiner, one killed with SIGKILL and
 //! restarted several times while impressions arrive, and two in one group each write a Delta
-//! table, and two independent readers (the `deltalake` package and Polars' `read_delta`) see
-//! every expected row exactly once in each; a dataset keeps the format it was first written
-//! in. The same for a table on S3-compatible storage.
+//! table, and three independent readers (the `deltalake` package, Polars' `read_delta` and
+//! Spark with delta-spark) see every expected row exactly once in each; a dataset keeps the
+//! format it was first written in. The same for a table on S3-compatible storage.
 
 use super::*;
 
@@ -42,12 +42,14 @@ fn check_delta_with(
     expected: &BTreeMap<(String, String), u32>,
     what: &str,
 ) {
-    let read = featurelog_testkit::python_json("read_delta.py", &[out], env);
+    // Spark only here, not in `wait_for_delta_rows`: its JVM takes seconds to start.
+    let args = [std::ffi::OsStr::new("--spark"), out.as_os_str()];
+    let read = featurelog_testkit::python_json("read_delta.py", &args, env);
     let want: BTreeMap<_, _> = expected
         .iter()
         .map(|(k, clicks)| (k.clone(), vec![u64::from(*clicks)]))
         .collect();
-    for reader in ["deltalake", "polars"] {
+    for reader in ["deltalake", "polars", "spark"] {
         let got = delta_rows(&read, reader);
         let twice: Vec<_> = got.iter().filter(|(_, v)| v.len() > 1).collect();
         assert!(
@@ -72,6 +74,13 @@ fn check_delta_with(
         "{what}: {}",
         read["schema"]
     );
+    let spark = &read["spark_schema"];
+    for (column, spark_type) in [("clicks", "bigint"), ("dt", "date"), ("hr", "int")] {
+        assert_eq!(
+            spark[column], spark_type,
+            "{what}, Spark's {column}: {spark}"
+        );
+    }
 }
 
 /// Waits until the `deltalake` reader sees at least `expected` rows in the table at `out`: the
