@@ -133,12 +133,6 @@ impl JoinerConfig {
                 config.output.build_s3(&bucket).map_err(err)?;
             }
         }
-        if config.output.format == OutputFormat::Delta && config.output.partition_by_model {
-            return Err(err(
-                "output.partition-by-model is not supported with output.format = \"delta\" yet"
-                    .into(),
-            ));
-        }
         if config.output.format == OutputFormat::Delta
             && config.output.delta.vacuum
             && config.output.delta.vacuum_retention < std::time::Duration::from_secs(3600)

@@ -2,7 +2,8 @@
 and Polars' `read_delta`, and with `--spark` also Spark with delta-spark, and prints what each
 sees as JSON: the table's version and schema, and the rows (request id, item id, clicks, dt,
 hr), sorted; with `--spark`, also Spark's rows ("spark") and its type of each column
-("spark_schema", as Spark SQL names them).
+("spark_schema", as Spark SQL names them). A table partitioned by model also gets "models":
+per reader, each row's (request id, `model` partition value, `model_name`), sorted.
 
 usage: read_delta.py [--spark] TABLE_DIR_OR_S3_URL
 
@@ -24,6 +25,7 @@ import deltalake.exceptions
 import polars as pl
 
 COLUMNS = ["request_id", "item_id", "clicks", "dt", "hr"]
+MODEL_COLUMNS = ["request_id", "model", "model_name"]
 # The hadoop-aws of pyspark's own hadoop-client jars (pyspark/jars/hadoop-client-api-*.jar):
 # s3a must match the Hadoop it runs in.
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.4.1"
@@ -81,9 +83,12 @@ def read_with_spark(path):
         frame = spark.read.format("delta").load(path)
         schema = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         rows = sorted(plain(list(r)) for r in frame.select(COLUMNS).collect())
+        models = None
+        if "model" in schema:
+            models = sorted(plain(list(r)) for r in frame.select(MODEL_COLUMNS).collect())
     finally:
         spark.stop()
-    return rows, schema
+    return rows, schema, models
 
 
 args = sys.argv[1:]
@@ -113,6 +118,19 @@ out = {
     "deltalake": by_deltalake,
     "polars": by_polars,
 }
+by_model = "model" in out["partitions"]
+if by_model:
+    out["models"] = {
+        "deltalake": sorted(
+            plain([r[c] for c in MODEL_COLUMNS])
+            for r in table.to_pyarrow_table(columns=MODEL_COLUMNS).to_pylist()
+        ),
+        "polars": sorted(
+            plain(list(r)) for r in pl.read_delta(path, storage_options=options).select(MODEL_COLUMNS).rows()
+        ),
+    }
 if spark:
-    out["spark"], out["spark_schema"] = read_with_spark(path)
+    out["spark"], out["spark_schema"], spark_models = read_with_spark(path)
+    if by_model:
+        out["models"]["spark"] = spark_models
 json.dump(out, sys.stdout)

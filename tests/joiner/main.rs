@@ -348,7 +348,9 @@ fn add_rows(bytes: bytes::Bytes, out: &mut Dataset) {
     for batch in reader {
         let batch = batch.unwrap();
         let col = |n: &str| batch.column_by_name(n).unwrap().clone();
-        let (req, item, clicks) = (col("request_id"), col("item_id"), col("clicks"));
+        // A Delta table's files hold clicks as a signed Int64 (Delta has no unsigned types).
+        let clicks = arrow_cast::cast(&col("clicks"), &arrow_schema::DataType::UInt32).unwrap();
+        let (req, item) = (col("request_id"), col("item_id"));
         let (price, locale) = (col("item_price"), col("user_locale"));
         for i in 0..batch.num_rows() {
             out.entry((

@@ -23,6 +23,16 @@ pub(super) async fn partitioned_by_model_each_model_gets_its_own_complete_hours(
     quiet_inputs(kafka, Quiet::PartitionedByModel).await;
 }
 
+/// A Delta table partitioned by model: the log names each model as readers decode its
+/// directory, and the `deltalake` package, Polars and Spark read every row under its model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(super) async fn a_delta_table_partitioned_by_model_names_each_row_s_model() {
+    let Some(kafka) = kafka("a_delta_table_partitioned_by_model_names_each_row_s_model") else {
+        return;
+    };
+    quiet_inputs(kafka, Quiet::DeltaPartitionedByModel).await;
+}
+
 /// Apps that publish impressions and clicks to topics of their own, the clicks from another
 /// service as protobuf (`input.per-topic`): both are read (the router reads every events
 /// topic, each in its own encoding), the clicks fold into their impressions' rows, and an hour
@@ -72,6 +82,9 @@ pub(super) enum Quiet {
     PartitionedByModel,
     /// Routed, with every candidate that was not impressed written as a negative.
     Negatives,
+    /// [`Quiet::PartitionedByModel`] into a Delta table (without compaction, so that the
+    /// directories hold each row once, as the checks of the other modes read them).
+    DeltaPartitionedByModel,
 }
 
 /// The second model of `Quiet::PartitionedByModel`: a name no path segment takes as it is.
@@ -115,7 +128,8 @@ pub(super) async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
     let events = kafka.unique_topic("done-events", 1).await;
     let clicks = kafka.unique_topic("done-clicks", 2).await;
     let dead_letter = kafka.unique_topic("done-dlq", 1).await;
-    let by_model = mode == Quiet::PartitionedByModel;
+    let delta = mode == Quiet::DeltaPartitionedByModel;
+    let by_model = mode == Quiet::PartitionedByModel || delta;
     let (model_addr, _stop) = model_server(&["ranker", SECOND_MODEL]).await;
     let dir = temp_dir();
     let allow = format!(
@@ -242,7 +256,15 @@ pub(super) async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
     } else {
         text
     };
+    let text = if delta {
+        format!("{text}[output.delta]\ntarget-file-bytes = 0\n")
+    } else {
+        text
+    };
     std::fs::write(&config, text).unwrap();
+    if delta {
+        super::delta::set_format(&config, "delta");
+    }
     if co_partitioned_in_transactions {
         set_events_partitioning(&config, "by-request-id");
     }
@@ -311,7 +333,36 @@ pub(super) async fn quiet_inputs(kafka: TestKafka, mode: Quiet) {
             }
         }
     }
-    if by_model {
+    if delta {
+        // Each reader of the table finds every row under its model, the partition value the
+        // log gives it, decoded from the directory's escapes.
+        let read = featurelog_testkit::python_json(
+            "read_delta.py",
+            &["--spark", out.to_str().unwrap()],
+            &[],
+        );
+        assert_eq!(
+            read["partitions"],
+            serde_json::json!(["model", "dt", "hr"]),
+            "{read}"
+        );
+        for reader in ["deltalake", "polars", "spark"] {
+            let models: Vec<(&str, &str)> = (read["models"][reader].as_array().unwrap().iter())
+                .map(|r| (r[1].as_str().unwrap(), r[2].as_str().unwrap()))
+                .collect();
+            assert_eq!(
+                models,
+                [
+                    ("ranker", "ranker"),
+                    ("ranker", "ranker"),
+                    (SECOND_MODEL, SECOND_MODEL),
+                    (SECOND_MODEL, SECOND_MODEL)
+                ],
+                "{reader}: {read}"
+            );
+        }
+    }
+    if by_model && !delta {
         // pyarrow (as a training job reads the dataset) decodes each model's directory into
         // its name: the `model` partition column is every row's `model_name`.
         let read = featurelog_testkit::python_json("read_dataset.py", &[&out], &[]);

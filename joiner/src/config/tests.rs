@@ -364,6 +364,12 @@ fn the_output_format_is_parquet_unless_delta_is_asked_for() {
     assert_eq!(load("", env).unwrap().output.format, OutputFormat::Delta);
     let err = load("format = \"iceberg\"", Vec::new()).unwrap_err();
     assert!(err.to_string().contains("iceberg"), "{err}");
-    let err = load("format = \"delta\"\npartition-by-model = true", Vec::new()).unwrap_err();
-    assert!(err.to_string().contains("partition-by-model"), "{err}");
+    let by_model = load("format = \"delta\"\npartition-by-model = true", Vec::new()).unwrap();
+    assert!(by_model.output.partition_by_model);
+    let err = load(
+        "format = \"delta\"\n[output.delta]\nvacuum-retention = \"10m\"",
+        Vec::new(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("at least 1h"), "{err}");
 }

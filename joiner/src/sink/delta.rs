@@ -62,6 +62,8 @@ pub(crate) struct DeltaTable {
     checkpoint_engine: log_checkpoint::CheckpointEngineCell,
     /// The newest log checkpoint version this handle has seen or written.
     checkpointed: Mutex<Option<u64>>,
+    /// Whether the table is partitioned by model first (`partition-by-model`).
+    by_model: bool,
 }
 
 impl std::fmt::Debug for DeltaTable {
@@ -103,7 +105,15 @@ impl DeltaTable {
             store,
             checkpoint_engine: std::sync::OnceLock::new(),
             checkpointed: Mutex::new(None),
+            by_model: false,
         }
+    }
+
+    /// This table, partitioned by model before the hour when `by_model` (the dataset's
+    /// `partition-by-model`).
+    pub(crate) fn partitioned_by_model(mut self, by_model: bool) -> Self {
+        self.by_model = by_model;
+        self
     }
 
     fn error(&self, problem: impl std::fmt::Display) -> SinkError {
@@ -249,9 +259,9 @@ impl DeltaTable {
     }
 
     fn create(&self, task: &str, version: i64, files: &[TableFile]) -> Result<Outcome, SinkError> {
-        let schema = table_schema(files).map_err(|e| self.error(e))?;
+        let schema = table_schema(files, self.by_model).map_err(|e| self.error(e))?;
         let built = create_table(self.root.as_str(), Arc::new(schema), ENGINE_INFO, true)
-            .with_data_layout(DataLayout::partitioned(files::PARTITIONS))
+            .with_data_layout(DataLayout::partitioned(files::partitions(self.by_model)))
             .with_transaction_id(app_id(task), version)
             .build(&self.engine, Box::new(FileSystemCommitter::new()));
         let txn = match built {
@@ -299,7 +309,7 @@ impl DeltaTable {
         for file in files {
             let context = state
                 .write_context_builder()
-                .with_partition_values(partition_values(file.hour))
+                .with_partition_values(partition_values(&file.hour))
                 .build()
                 .map_err(|e| {
                     self.error(format!("{}: partition values: {e}", file.meta.location))

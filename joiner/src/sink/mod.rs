@@ -164,6 +164,7 @@ impl Dataset {
     /// This dataset as a Delta table too: each roll forward adds its files to `table`, and
     /// files hold signed column types only (docs/JOINER.md, "Delta table output").
     fn with_delta(mut self, table: delta::DeltaTable) -> Self {
+        let table = table.partitioned_by_model(self.options.partition_by_model);
         self.delta = Some(Arc::new(table));
         self
     }

@@ -9,14 +9,29 @@ use delta_kernel::{Engine, FileMeta};
 use url::Url;
 
 use super::super::paths;
+use crate::sink::MODEL_PARTITION;
 
-/// The table's partition columns, in order: the hour's day (a date) and hour (an integer), as
-/// the files' hive directories `dt=YYYY-MM-DD/hr=HH` name them.
-pub(super) const PARTITIONS: [&str; 2] = ["dt", "hr"];
+/// The table's partition columns, in order: with `partition-by-model` the model (a string),
+/// then the hour's day (a date) and hour (an integer), as the files' hive directories
+/// `[model=<name>/]dt=YYYY-MM-DD/hr=HH` name them.
+pub(super) fn partitions(by_model: bool) -> Vec<&'static str> {
+    let hour = [DT, HR].into_iter();
+    if by_model {
+        std::iter::once(MODEL_PARTITION).chain(hour).collect()
+    } else {
+        hour.collect()
+    }
+}
+
+const DT: &str = "dt";
+const HR: &str = "hr";
 
 /// The partition values of a file, from its visible name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Hour {
+    /// With `partition-by-model`, the model's name as hive readers decode its directory
+    /// (`None` inside: hive's null partition, the empty name).
+    pub(super) model: Option<Option<String>>,
     /// Days since 1970-01-01 (Delta's date).
     pub(super) days: i32,
     /// 0-23.
@@ -48,9 +63,18 @@ pub(super) fn in_table(visible: &str) -> bool {
         .is_some_and(|first| first != paths::LATE)
 }
 
-/// The partition values of `visible` (`dt=YYYY-MM-DD/hr=HH/<file>`); `None` for any other name.
+/// The partition values of `visible` (`[model=<name>/]dt=YYYY-MM-DD/hr=HH/<file>`); `None` for
+/// any other name.
 pub(super) fn hour_of(visible: &str) -> Option<Hour> {
-    let mut parts = visible.split('/');
+    let mut parts = visible.split('/').peekable();
+    let model_prefix = format!("{MODEL_PARTITION}=");
+    let model = match parts.peek()?.strip_prefix(&model_prefix) {
+        Some(dir) => {
+            parts.next();
+            Some(model_of(dir)?)
+        }
+        None => None,
+    };
     let dt = parts.next()?.strip_prefix("dt=")?;
     let hr = parts.next()?.strip_prefix("hr=")?;
     parts.next()?;
@@ -58,7 +82,25 @@ pub(super) fn hour_of(visible: &str) -> Option<Hour> {
     let epoch = NaiveDate::from_ymd_opt(1970, 1, 1)?;
     let days = i32::try_from(day.signed_duration_since(epoch).num_days()).ok()?;
     let hour: i32 = hr.parse().ok().filter(|h| (0..24).contains(h))?;
-    Some(Hour { days, hour })
+    Some(Hour { model, days, hour })
+}
+
+/// The model a `model=` directory names, as hive readers decode it: `%XX` escapes decoded,
+/// `__HIVE_DEFAULT_PARTITION__` the null partition. `None` when the escapes are not UTF-8.
+fn model_of(dir: &str) -> Option<Option<String>> {
+    if dir == "__HIVE_DEFAULT_PARTITION__" {
+        return Some(None);
+    }
+    let name = percent_encoding::percent_decode_str(dir)
+        .decode_utf8()
+        .ok()?;
+    Some(Some(name.into_owned()))
+}
+
+/// A visible name as a URL path under the table's root: a `%` the name holds (an escaped
+/// model directory) is a character of the name, not an escape.
+pub(super) fn url_path(visible: &str) -> String {
+    visible.replace('%', "%25")
 }
 
 /// Heads each file and reads its footer's schema (two requests per file). Names outside the
@@ -73,7 +115,7 @@ pub(super) fn describe(
         let hour =
             hour_of(name).ok_or_else(|| format!("file {name} is in no dt=/hr= partition"))?;
         let location = root
-            .join(name)
+            .join(&url_path(name))
             .map_err(|e| format!("file {name}: not a name under the table: {e}"))?;
         let meta = engine
             .storage_handler()
@@ -144,12 +186,13 @@ pub(super) fn columns(files: &[TableFile]) -> Vec<StructField> {
 }
 
 /// The schema of a new table holding `files`: their columns, then the partition columns.
-pub(super) fn table_schema(files: &[TableFile]) -> Result<StructType, String> {
+pub(super) fn table_schema(files: &[TableFile], by_model: bool) -> Result<StructType, String> {
+    let model = by_model.then(|| StructField::nullable(MODEL_PARTITION, DataType::STRING));
     let partitions = [
-        StructField::nullable(PARTITIONS[0], DataType::DATE),
-        StructField::nullable(PARTITIONS[1], DataType::INTEGER),
+        StructField::nullable(DT, DataType::DATE),
+        StructField::nullable(HR, DataType::INTEGER),
     ];
-    StructType::try_new(columns(files).into_iter().chain(partitions))
+    StructType::try_new(columns(files).into_iter().chain(model).chain(partitions))
         .map_err(|e| format!("table schema: {e}"))
 }
 
@@ -168,12 +211,20 @@ pub(super) fn new_columns(table: &StructType, files: &[TableFile]) -> Vec<Struct
 }
 
 /// The partition values of `hour`, keyed as the kernel's write context takes them.
-pub(super) fn partition_values(hour: Hour) -> HashMap<String, delta_kernel::expressions::Scalar> {
+pub(super) fn partition_values(hour: &Hour) -> HashMap<String, delta_kernel::expressions::Scalar> {
     use delta_kernel::expressions::Scalar;
-    HashMap::from([
-        (PARTITIONS[0].to_string(), Scalar::Date(hour.days)),
-        (PARTITIONS[1].to_string(), Scalar::Integer(hour.hour)),
-    ])
+    let mut values = HashMap::from([
+        (DT.to_string(), Scalar::Date(hour.days)),
+        (HR.to_string(), Scalar::Integer(hour.hour)),
+    ]);
+    if let Some(model) = &hour.model {
+        let value = match model {
+            Some(name) => Scalar::String(name.clone()),
+            None => Scalar::Null(DataType::STRING),
+        };
+        values.insert(MODEL_PARTITION.to_string(), value);
+    }
+    values
 }
 
 #[cfg(test)]
@@ -184,15 +235,41 @@ mod tests {
     fn hours_come_from_hive_names_and_late_files_stay_out() {
         assert_eq!(
             hour_of("dt=1970-01-02/hr=05/part-t-0000000001-0000.parquet"),
-            Some(Hour { days: 1, hour: 5 })
+            Some(Hour {
+                model: None,
+                days: 1,
+                hour: 5
+            })
         );
         assert_eq!(
             hour_of("dt=1969-12-31/hr=23/x.parquet"),
-            Some(Hour { days: -1, hour: 23 })
+            Some(Hour {
+                model: None,
+                days: -1,
+                hour: 23
+            })
         );
         assert_eq!(hour_of("dt=2024-01-01/hr=24/x.parquet"), None);
         assert_eq!(hour_of("dt=2024-01-01/x.parquet"), None);
-        assert_eq!(hour_of("model=a/dt=2024-01-01/hr=01/x.parquet"), None);
+        let model = |name: Option<&str>| Hour {
+            model: Some(name.map(str::to_owned)),
+            days: 19723,
+            hour: 1,
+        };
+        assert_eq!(
+            hour_of("model=a/dt=2024-01-01/hr=01/x.parquet"),
+            Some(model(Some("a")))
+        );
+        assert_eq!(
+            hour_of("model=ranker%20b%2F2/dt=2024-01-01/hr=01/x.parquet"),
+            Some(model(Some("ranker b/2")))
+        );
+        assert_eq!(
+            hour_of("model=__HIVE_DEFAULT_PARTITION__/dt=2024-01-01/hr=01/x.parquet"),
+            Some(model(None))
+        );
+        assert_eq!(hour_of("model=a/x.parquet"), None);
+        assert_eq!(url_path("model=a%2F/dt=x"), "model=a%252F/dt=x");
         assert!(in_table("dt=2024-01-01/hr=01/x.parquet"));
         assert!(!in_table("late/dt=2024-01-01/hr=01/x.parquet"));
     }
@@ -249,7 +326,11 @@ mod tests {
                 last_modified: 0,
                 size: 1,
             },
-            hour: Hour { days: 0, hour: 0 },
+            hour: Hour {
+                model: None,
+                days: 0,
+                hour: 0,
+            },
             schema: std::sync::Arc::new(StructType::try_new(fields).unwrap()),
             rows: 2,
         };
@@ -263,7 +344,7 @@ mod tests {
                 StructField::not_null("B", DataType::LONG),
             ]),
         ];
-        let table = table_schema(&files[..1]).unwrap();
+        let table = table_schema(&files[..1], false).unwrap();
         let names: Vec<_> = table.fields().map(|f| f.name().clone()).collect();
         assert_eq!(names, ["request_id", "a", "dt", "hr"]);
         let added = new_columns(&table, &files);

@@ -21,11 +21,19 @@ pub(crate) const COMPLETENESS_OPERATION: &str = "FEATURELOG COMPLETENESS";
 /// A file of the table's newest version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LiveFile {
-    /// Relative to the table's root, as the log names it (the file's visible name).
+    /// Its visible name, relative to the dataset's root (the log's path, decoded).
     pub(crate) path: String,
     pub(crate) size: u64,
     /// Its partition values (`dt`, `hr`), as the log writes them.
     pub(crate) partition: BTreeMap<String, String>,
+}
+
+/// The visible name (relative to the dataset's root) of a file the log names by its relative
+/// URL path.
+fn visible_name(path: &str) -> String {
+    percent_encoding::percent_decode_str(path)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 impl DeltaTable {
@@ -47,7 +55,7 @@ impl DeltaTable {
             let part = part.map_err(|e| self.error(format!("reading the log: {e}")))?;
             files = (part.visit_scan_files(files, |files: &mut Vec<LiveFile>, f: ScanFile| {
                 files.push(LiveFile {
-                    path: f.path,
+                    path: visible_name(&f.path),
                     size: u64::try_from(f.size).unwrap_or(0),
                     partition: f.partition_values.into_iter().collect(),
                 });
@@ -136,7 +144,9 @@ impl DeltaTable {
             // Rows past the selection vector's end are selected.
             selected.resize(batch.num_rows(), true);
             for (row, keep) in selected.iter_mut().enumerate() {
-                *keep = *keep && paths.is_valid(row) && wanted.contains(paths.value(row));
+                *keep = *keep
+                    && paths.is_valid(row)
+                    && wanted.contains(visible_name(paths.value(row)).as_str());
                 *found += usize::from(*keep);
             }
             let filtered = FilteredEngineData::try_new(data, selected)

@@ -390,3 +390,58 @@ fn hours_are_read_from_their_directories() {
         "1970-01-01T01:00:00Z"
     );
 }
+
+#[test]
+fn a_table_partitioned_by_model_names_each_model_and_compacts_its_hours() {
+    use crate::sink::fixtures::model_rows;
+    let dir = tempfile::tempdir().unwrap();
+    let options = SinkOptions {
+        partition_by_model: true,
+        ..SinkOptions::default()
+    };
+    let ds = Dataset::open(dir.path(), options)
+        .unwrap()
+        .with_delta(DeltaTable::local(dir.path()).unwrap());
+    let tasks = vec!["t-0".to_string()];
+    for epoch in 1..=3u64 {
+        let mut rows = model_rows("ranker b/2", &format!("r{epoch}"), 0);
+        rows.extend(model_rows("plain", &format!("p{epoch}"), 0));
+        let staged = ds.stage("t-0", epoch, &rows, i64::MIN).unwrap();
+        let mut cp = committed("t-0", epoch, &staged);
+        cp.watermark_us = 3 * HOUR;
+        ds.commit(&cp).unwrap();
+        ds.roll_forward(&cp).unwrap();
+    }
+    let before = rows_by_hour(dir.path(), &ds);
+    let escaped = "model=ranker%20b%2F2/dt=1970-01-01/hr=00";
+    assert_eq!(before[escaped].len(), 3, "{before:?}");
+    // The log names the model as readers decode its directory, and the file by its URL path.
+    let adds: Vec<serde_json::Value> = log_actions(dir.path())
+        .into_iter()
+        .filter_map(|(_, a)| a.get("add").cloned())
+        .collect();
+    let add = adds
+        .iter()
+        .find(|a| a["partitionValues"]["model"] == "ranker b/2")
+        .unwrap();
+    assert!(
+        add["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("model=ranker%2520b%252F2/dt=1970-01-01/hr=00/"),
+        "{add}"
+    );
+    let metadata = log_actions(dir.path())
+        .into_iter()
+        .find_map(|(_, a)| a.get("metaData").cloned())
+        .unwrap();
+    assert_eq!(
+        metadata["partitionColumns"],
+        serde_json::json!(["model", "dt", "hr"])
+    );
+    ds.mark_complete(&tasks, 0).unwrap();
+    let compacted = ds.upkeep(&keep_files()).unwrap();
+    assert_eq!(compacted.len(), 4, "two models, two hours: {compacted:?}");
+    assert_eq!(rows_by_hour(dir.path(), &ds), before);
+    assert!(live_by_hour(&ds).values().all(|files| files.len() == 1));
+}
