@@ -36,7 +36,11 @@ pub(super) fn tick(join: &Join, running: &mut Running) -> Result<(), JoinError> 
     commit_tasks(join, running)?;
     commit_monitoring(&join.consumer, &running.tasks, &join.topics);
     report_metrics(join, &mut running.tasks);
-    mark_complete(join, &mut running.markers);
+    // One process of the group does the Delta table's upkeep: the owner of the first task.
+    // Two would be correct too (a compaction commits only while its files are all in the
+    // table), but each would read and write every hour the other does.
+    let upkeep = running.tasks.contains_key(&0);
+    mark_complete(join, &mut running.markers, upkeep);
     join.dead_letters.poll(Duration::ZERO);
     Ok(())
 }
@@ -167,8 +171,13 @@ fn report_metrics(join: &Join, tasks: &mut HashMap<i32, Task>) {
 /// one went. Markers are best effort and may take long (a listing and a request per new hour;
 /// minutes of retries while the store is unreachable): they run beside the join on a thread of
 /// their own, one pass at a time, so that reading Kafka never waits for them. A pass rolls
-/// forward only committed checkpoints, as another process's would.
-fn mark_complete(join: &Join, markers: &mut Option<std::thread::JoinHandle<MarkerPass>>) {
+/// forward only committed checkpoints, as another process's would. With `upkeep`, the pass
+/// then does the Delta table's upkeep (compaction, VACUUM, log checkpoints).
+fn mark_complete(
+    join: &Join,
+    markers: &mut Option<std::thread::JoinHandle<MarkerPass>>,
+    upkeep: bool,
+) {
     if !markers
         .as_ref()
         .is_none_or(std::thread::JoinHandle::is_finished)
@@ -186,12 +195,12 @@ fn mark_complete(join: &Join, markers: &mut Option<std::thread::JoinHandle<Marke
         }
     }
     let (dataset, all_tasks) = (join.dataset.clone(), join.all_tasks.clone());
-    let (completeness_lag, upkeep) = (join.completeness_lag, join.upkeep.clone());
+    let (completeness_lag, table_upkeep) = (join.completeness_lag, join.upkeep.clone());
     match spawn_named("featurelog-markers", move || {
         let marked = dataset.mark_complete(&all_tasks, completeness_lag)?;
         // After the markers, whose pass rolled every task's newest checkpoint into the table:
         // a complete hour's files in the table are then all it will hold.
-        if let Err(err) = dataset.upkeep(&upkeep) {
+        if upkeep && let Err(err) = dataset.upkeep(&table_upkeep) {
             tracing::warn!(%err, "Delta table upkeep (compaction, VACUUM), tried again next pass");
         }
         Ok(marked)
