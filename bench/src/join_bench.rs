@@ -139,6 +139,18 @@ struct Args {
     /// Write the joiner's dataset here and keep it (default: a temporary directory).
     #[arg(long)]
     output: Option<std::path::PathBuf>,
+    /// The joiner's `output.format`: `parquet` or `delta` (bench/delta.sh sets them side by
+    /// side on the same records).
+    #[arg(long, default_value = "parquet")]
+    format: String,
+    /// With `--format delta`, `output.delta.target-file-bytes` (0: no compaction); default:
+    /// the joiner's.
+    #[arg(long)]
+    delta_target_file_bytes: Option<u64>,
+    /// With `--format delta`, keep the joiner running after the last row is committed until it
+    /// has compacted this many hours, and report the CPU that took apart from the write's.
+    #[arg(long, default_value_t = 0)]
+    wait_compacted: u64,
     /// Only delete every topic whose name starts with this prefix and exit (bench/flink.sh
     /// clears its own broker between rounds: disk is limited).
     #[arg(long)]
@@ -280,7 +292,7 @@ async fn main() -> anyhow::Result<()> {
     let text = format!(
         "group = \"bench-join-{run}\"\n[kafka]\nbootstrap-servers = \"{}\"\n[input]\nfeatures-topic = \"{features}\"\n\
          events-topic = \"{events}\"\nevents-partitioning = \"{}\"\ndead-letter-topic = \"bench-dlq-{run}\"\n[join]\nfeatures-wait = \"{}\"\n\
-         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n{}[output]\npath = \"{}\"\nflush-interval = \"{}\"\n{}\
+         impressions-wait = \"1h\"\nidle-timeout = \"1h\"\nheld-logs = \"{}\"\n{}[output]\npath = \"{}\"\nflush-interval = \"{}\"\nformat = \"{}\"\n{}{}\
          [metrics]\nlisten = \"{metrics_addr}\"\n[kafka.properties]\n{}",
         args.kafka,
         args.events_partitioning,
@@ -291,8 +303,13 @@ async fn main() -> anyhow::Result<()> {
             .map_or_else(String::new, |d| format!("max-read-ahead = \"{d}\"\n")),
         out_dir.display(),
         args.flush_interval,
+        args.format,
         args.flush_rows
             .map_or_else(String::new, |n| format!("flush-rows = {n}\n")),
+        args.delta_target_file_bytes
+            .map_or_else(String::new, |n| format!(
+                "[output.delta]\ntarget-file-bytes = {n}\n"
+            )),
         properties
             .iter()
             .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
@@ -342,15 +359,43 @@ async fn main() -> anyhow::Result<()> {
     }
     .await;
     let join_cpu = featurelog_bench::process_cpu_seconds(pid);
+    let join_wall = started.elapsed().as_secs_f64();
+    // The table's upkeep after the write: its CPU is reported apart from the write's.
+    let compacted = if measured.is_ok() {
+        async {
+            loop {
+                let text = scrape(metrics_addr).await.unwrap_or_default();
+                let compacted = metric(&text, "featurelog_join_hours_compacted_total");
+                if compacted as u64 >= args.wait_compacted {
+                    return Ok(compacted as u64);
+                }
+                if let Some(status) = child.try_wait()? {
+                    anyhow::bail!(
+                        "the joiner exited ({status}) after compacting {compacted} hours"
+                    );
+                }
+                anyhow::ensure!(
+                    started.elapsed() < Duration::from_secs(1200),
+                    "joiner compacted {compacted} of {} hours in 1200 s",
+                    args.wait_compacted
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        .await
+    } else {
+        Ok(0)
+    };
+    let compact_cpu = featurelog_bench::process_cpu_seconds(pid) - join_cpu;
     let join_faults = featurelog_bench::process_minor_faults(pid);
     let join_rss = featurelog_bench::resident_bytes(pid);
     let join_peak = featurelog_bench::peak_resident_bytes(pid);
     let (librdkafka_cpu, rest_cpu) = featurelog_bench::librdkafka_and_other_cpu(pid);
     let end_metrics = scrape(metrics_addr).await.unwrap_or_default();
-    let join_wall = started.elapsed().as_secs_f64();
     child.kill()?;
     child.wait()?;
     measured?;
+    let compacted = compacted?;
     println!();
     // The baselines' figures, unless they were skipped (`--joiner-only`).
     if !args.joiner_only {
@@ -411,8 +456,9 @@ async fn main() -> anyhow::Result<()> {
     if args.joiner_only {
         // One line for bench/flink.sh to read.
         println!(
-            "joiner-figures cpu_s={join_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1}",
+            "joiner-figures cpu_s={join_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1} rows={impressions} commits={} hours_compacted={compacted} compact_cpu_s={compact_cpu:.3}",
             metric(&end_metrics, "featurelog_join_buffered_requests"),
+            metric(&end_metrics, "featurelog_join_commits"),
         );
         return Ok(());
     }

@@ -61,6 +61,8 @@ pub struct JoinMetrics {
     pub paused_partitions: Gauge,
     /// The lowest task watermark, in seconds since the epoch.
     pub watermark_seconds: Gauge<i64, AtomicI64>,
+    /// Hours of a Delta table whose files were rewritten into fewer.
+    pub hours_compacted: Counter,
 }
 
 impl Default for JoinMetrics {
@@ -90,6 +92,7 @@ impl JoinMetrics {
             buffered_requests: Gauge::default(),
             paused_partitions: Gauge::default(),
             watermark_seconds: Gauge::default(),
+            hours_compacted: Counter::default(),
         };
         // Registered names are kept, so that a test can tell that it made every family visible.
         let mut families = Vec::new();
@@ -155,6 +158,11 @@ impl JoinMetrics {
             "watermark_seconds",
             "The lowest task watermark",
             m.watermark_seconds.clone(),
+        );
+        register!(
+            "hours_compacted",
+            "Hours of the Delta table whose files this process rewrote into fewer",
+            m.hours_compacted.clone(),
         );
         Self {
             registry: root,

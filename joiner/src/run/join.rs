@@ -58,8 +58,9 @@ pub(super) struct Running {
     pub(super) markers: Option<std::thread::JoinHandle<MarkerPass>>,
 }
 
-/// What a pass of the completeness markers returns: the hours it marked complete.
-pub(super) type MarkerPass = Result<Vec<String>, SinkError>;
+/// What a pass of the completeness markers returns: the hours it marked complete, then the
+/// hours of the Delta table it compacted.
+pub(super) type MarkerPass = Result<(Vec<String>, Vec<String>), SinkError>;
 
 /// How often alignment may ask whether one of a task's inputs has records left to read.
 const UNREAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);

@@ -186,8 +186,15 @@ fn mark_complete(
     }
     if let Some(done) = markers.take() {
         match done.join() {
-            Ok(Ok(marked)) if !marked.is_empty() => tracing::info!(?marked, "hours complete"),
-            Ok(Ok(_)) => {}
+            Ok(Ok((marked, compacted))) => {
+                if !marked.is_empty() {
+                    tracing::info!(?marked, "hours complete");
+                }
+                if !compacted.is_empty() {
+                    tracing::info!(?compacted, "hours compacted");
+                    join.metrics.hours_compacted.inc_by(compacted.len() as u64);
+                }
+            }
             Ok(Err(err)) => tracing::warn!(%err, "completeness markers"),
             Err(panic) => {
                 tracing::warn!(panic = %panic_message(panic.as_ref()), "completeness markers stopped");
@@ -200,10 +207,17 @@ fn mark_complete(
         let marked = dataset.mark_complete(&all_tasks, completeness_lag)?;
         // After the markers, whose pass rolled every task's newest checkpoint into the table:
         // a complete hour's files in the table are then all it will hold.
-        if upkeep && let Err(err) = dataset.upkeep(&table_upkeep) {
-            tracing::warn!(%err, "Delta table upkeep (compaction, VACUUM), tried again next pass");
+        let mut compacted = Vec::new();
+        if upkeep {
+            match dataset.upkeep(&table_upkeep) {
+                Ok(hours) => compacted = hours,
+                Err(err) => tracing::warn!(
+                    %err,
+                    "Delta table upkeep (compaction, VACUUM), tried again next pass"
+                ),
+            }
         }
-        Ok(marked)
+        Ok((marked, compacted))
     }) {
         Ok(pass) => *markers = Some(pass),
         Err(err) => tracing::warn!(%err, "completeness markers: no thread for a pass"),

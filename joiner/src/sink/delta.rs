@@ -18,7 +18,7 @@ use delta_kernel::schema::StructType;
 use delta_kernel::transaction::create_table::create_table;
 use delta_kernel::transaction::data_layout::DataLayout;
 use delta_kernel::transaction::{CommitResult, Transaction, UpdateTableOperation};
-use delta_kernel::{Engine, Snapshot, SnapshotRef};
+use delta_kernel::{Engine, Snapshot, SnapshotRef, Version};
 use delta_kernel_default_engine::DefaultEngineBuilder;
 use delta_kernel_default_engine::executor::tokio::TokioBackgroundExecutor;
 use delta_kernel_default_engine::parquet::DataFileMetadata;
@@ -28,8 +28,10 @@ use url::Url;
 
 use super::error::SinkError;
 use files::{TableFile, describe, new_columns, partition_values, table_schema};
+use known::Known;
 
 mod files;
+mod known;
 mod log_checkpoint;
 mod rewrite;
 
@@ -52,9 +54,10 @@ pub(crate) struct DeltaTable {
     engine: delta_kernel_default_engine::DefaultEngine<TokioBackgroundExecutor>,
     /// The table's root, ending in `/`.
     root: Url,
-    /// The newest snapshot this handle loaded or committed: the next load reads only the log
-    /// after it. `None` until the table is found or created.
-    snapshot: Mutex<Option<SnapshotRef>>,
+    /// The newest snapshot this handle loaded or committed, which the next commit is built on
+    /// and the next load reads the log after, and the `txn`s known at it. No snapshot until
+    /// the table is found or created.
+    known: Mutex<Known>,
     /// Per task, the highest `txn` version this handle has seen or committed.
     done: Mutex<HashMap<String, u64>>,
     /// The store the table is in, for the checkpoint writer's engine.
@@ -100,7 +103,7 @@ impl DeltaTable {
         Self {
             engine: DefaultEngineBuilder::new(store.clone()).build(),
             root,
-            snapshot: Mutex::new(None),
+            known: Mutex::default(),
             done: Mutex::default(),
             store,
             checkpoint_engine: std::sync::OnceLock::new(),
@@ -134,14 +137,25 @@ impl DeltaTable {
     }
 
     fn epoch_in(&self, snapshot: &SnapshotRef, task: &str) -> Result<Option<u64>, SinkError> {
+        let at = snapshot.version();
+        if let Some(epoch) = self.known().txn(at, task) {
+            return Ok(epoch);
+        }
         let version = snapshot
             .get_app_id_version(&app_id(task), &self.engine)
             .map_err(|e| self.error(format!("reading the txn of task {task}: {e}")))?;
         let epoch = version.and_then(|v| u64::try_from(v).ok());
+        self.known().note_txn(at, task, epoch);
         if let Some(epoch) = epoch {
             self.note_done(task, epoch);
         }
         Ok(epoch)
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether this handle has seen the task's `txn` at `epoch` or later: a task's `txn` never
@@ -181,8 +195,14 @@ impl DeltaTable {
         }
         // Described once, by the first attempt that needs them.
         let mut described: Option<Vec<TableFile>> = None;
+        // The version an attempt conflicted on: the next one loads the table's newer versions.
+        let mut conflicted: Option<Version> = None;
         for attempt in 0..ATTEMPTS {
-            let snapshot = self.latest()?;
+            let known = self.known().snapshot();
+            let snapshot = match known {
+                Some(known) if conflicted.is_none_or(|v| known.version() > v) => Some(known),
+                _ => self.latest()?,
+            };
             if let Some(snapshot) = &snapshot
                 && self.epoch_in(snapshot, task)?.is_some_and(|e| e >= epoch)
             {
@@ -194,18 +214,20 @@ impl DeltaTable {
                     describe(&self.engine, &self.root, visible).map_err(|e| self.error(e))?,
                 ),
             };
+            let base = snapshot.as_ref().map(|s| s.version());
             let result = match snapshot {
                 Some(snapshot) => self.append(snapshot, task, version, files)?,
                 None => self.create(task, version, files)?,
             };
             match result {
                 Outcome::Committed(snapshot) => {
-                    self.remember(snapshot);
+                    self.known().committed(base, snapshot, Some((task, epoch)));
                     self.note_done(task, epoch);
                     tracing::debug!(task, epoch, "added to the Delta table");
                     return Ok(());
                 }
                 Outcome::Retry(why) => {
+                    conflicted = Some(base.unwrap_or(0));
                     tracing::debug!(task, epoch, attempt, why, "Delta commit retried");
                     std::thread::sleep(jitter(attempt));
                 }
@@ -219,25 +241,15 @@ impl DeltaTable {
     /// The table's newest snapshot (read incrementally after the one this handle knows), or
     /// `None` when the table does not exist yet.
     fn latest(&self) -> Result<Option<SnapshotRef>, SinkError> {
-        let known = self.snapshot.lock().ok().and_then(|s| s.clone());
+        let known = self.known().snapshot();
         let snapshot = match known {
             Some(known) => Snapshot::builder_from(known).build(&self.engine),
             None if !self.exists()? => return Ok(None),
             None => Snapshot::builder_for(self.root.as_str()).build(&self.engine),
         }
         .map_err(|e| self.error(format!("loading the table: {e}")))?;
-        self.remember(snapshot.clone());
+        self.known().loaded(snapshot.clone());
         Ok(Some(snapshot))
-    }
-
-    fn remember(&self, snapshot: SnapshotRef) {
-        if let Ok(mut known) = self.snapshot.lock()
-            && known
-                .as_ref()
-                .is_none_or(|k| k.version() < snapshot.version())
-        {
-            *known = Some(snapshot);
-        }
     }
 
     /// Whether the log has any file: a table with none was never created.

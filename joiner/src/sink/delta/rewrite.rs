@@ -103,9 +103,10 @@ impl DeltaTable {
                     return Ok(false);
                 }
             }
+            let base = snapshot.version();
             match self.finish(txn, &described)? {
                 Outcome::Committed(snapshot) => {
-                    self.remember(snapshot);
+                    self.known().committed(Some(base), snapshot, None);
                     return Ok(true);
                 }
                 Outcome::Retry(why) => {

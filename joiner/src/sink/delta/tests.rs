@@ -197,6 +197,34 @@ fn two_processes_rolling_one_checkpoint_forward_add_it_once() {
 }
 
 #[test]
+fn a_handle_whose_table_moved_on_finds_the_epoch_another_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, other) = (delta_dataset(dir.path()), delta_dataset(dir.path()));
+    let first = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
+    let cp = committed("t-0", 1, &first);
+    ds.commit(&cp).unwrap();
+    ds.roll_forward(&cp).unwrap();
+    // Another process (a zombie of the task, or a completeness pass) rolls epoch 2 forward:
+    // this handle's table is a version behind, and its `txn` of the task says epoch 1.
+    let second = ds.stage("t-0", 2, &rows(2), i64::MIN).unwrap();
+    let cp = committed("t-0", 2, &second);
+    ds.commit(&cp).unwrap();
+    other.roll_forward(&cp).unwrap();
+    ds.roll_forward(&cp).unwrap();
+    assert_eq!(
+        added_paths(dir.path()),
+        sorted([first.files, second.files].concat())
+    );
+    assert_eq!(versions(dir.path()), 2);
+    // And its commits go on after the other's.
+    let third = ds.stage("t-0", 3, &rows(3), i64::MIN).unwrap();
+    let cp = committed("t-0", 3, &third);
+    ds.commit(&cp).unwrap();
+    ds.roll_forward(&cp).unwrap();
+    assert_eq!(versions(dir.path()), 3);
+}
+
+#[test]
 fn tasks_committing_at_once_retry_their_conflicts_and_each_file_is_added_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut expected = Vec::new();
