@@ -16,8 +16,10 @@
 # medians and ranges of every figure.
 #
 #   FEATURELOG_KAFKA=127.0.0.1:9092 bench/delta.sh [--rounds 3] [--read-rounds 7]
-#     [--requests 100000] [--event-rate 0.9] [--flush-rows 20]
+#     [--requests 100000] [--event-rate 0.9] [--flush-rows 100] [--keep DIR]
 #
+# --keep DIR writes the datasets (and results.tsv) under DIR and keeps them; by default they go
+# to a temporary directory, removed at the end.
 # Needs a broker in $FEATURELOG_KAFKA (scripts/kafka.sh start) and python3 with deltalake,
 # polars and pyarrow (tests/requirements.txt). The topics it made are deleted at the end.
 set -euo pipefail
@@ -26,7 +28,8 @@ rounds=3
 read_rounds=7
 requests=100000
 rate=0.9
-flush_rows=20
+flush_rows=100
+keep=
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -34,7 +37,8 @@ while [ $# -gt 0 ]; do
     --requests) requests=$2; shift 2 ;;
     --event-rate) rate=$2; shift 2 ;;
     --flush-rows) flush_rows=$2; shift 2 ;;
-    *) echo "usage: bench/delta.sh [--rounds N] [--read-rounds N] [--requests N] [--event-rate R] [--flush-rows N]" >&2; exit 2 ;;
+    --keep) keep=$2; shift 2 ;;
+    *) echo "usage: bench/delta.sh [--rounds N] [--read-rounds N] [--requests N] [--event-rate R] [--flush-rows N] [--keep DIR]" >&2; exit 2 ;;
   esac
 done
 : "${FEATURELOG_KAFKA:?set FEATURELOG_KAFKA (scripts/kafka.sh start gives a broker)}"
@@ -48,9 +52,19 @@ data=(--requests "$requests" --event-rate "$rate" --features-wait 10s)
 # 2025-11-29T18:00Z) to the hour of the last one.
 complete_hours=$(python3 -c "first = 1764439200; print(int((first + $requests / $rate) // 3600) - first // 3600)")
 
-work=$(mktemp -d)
+if [ -n "$keep" ]; then
+  work=$keep
+  mkdir -p "$work"
+else
+  work=$(mktemp -d)
+fi
 read -r _ ftopic etopic records impressions < <("$bench" "${data[@]}" --produce-only | grep '^topics ')
-trap 'rm -rf "$work"; "$bench" --delete-topics "$ftopic" > /dev/null; "$bench" --delete-topics "$etopic" > /dev/null' EXIT
+cleanup() {
+  [ -n "$keep" ] || rm -rf "$work"
+  "$bench" --delete-topics "$ftopic" > /dev/null
+  "$bench" --delete-topics "$etopic" > /dev/null
+}
+trap cleanup EXIT
 echo "topics $ftopic, $etopic: $records input records, $impressions rows; $complete_hours complete hours" >&2
 results=$work/results.tsv
 : > "$results"

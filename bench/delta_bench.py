@@ -49,10 +49,12 @@ def read_once(reader, path, day):
         wall, cpu = time.perf_counter(), cpu_seconds()
         table = deltalake.DeltaTable(path).to_pyarrow_table(partitions=[("dt", "=", day)])
     elif reader == "polars-delta":
+        import datetime
+
         import polars as pl
 
         wall, cpu = time.perf_counter(), cpu_seconds()
-        table = pl.scan_delta(path).filter(pl.col("dt") == day).collect().to_arrow()
+        table = pl.scan_delta(path).filter(pl.col("dt") == datetime.date.fromisoformat(day)).collect().to_arrow()
     elif reader == "pyarrow-hive":
         import pyarrow.dataset as ds
 
@@ -86,21 +88,22 @@ def write_report(path):
     scenarios = ["parquet", "delta", "delta-compacted"]
     per = {s: [r[s] for r in rounds.values()] for s in scenarios}
     print(f"\nwrite, {len(rounds)} rounds in rotating order; median (range)")
-    print("| scenario | rows | commits | write CPU s | rows per CPU s | / Parquet's, per round | compaction CPU s (hours) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| scenario | rows | commits | write CPU s | rows per CPU s | / Parquet's, per round | peak resident MiB | compaction CPU s after the write (hours compacted) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for s in scenarios:
         runs = per[s]
         rate = [r["rows"] / r["cpu_s"] for r in runs]
         ratio = [r[s]["rows"] / r[s]["cpu_s"] / (r["parquet"]["rows"] / r["parquet"]["cpu_s"]) for r in rounds.values()]
         compaction = (
-            f"{fig([r['compact_cpu_s'] for r in runs], '{:.2f}')} ({fig([r['hours_compacted'] for r in runs], '{:.0f}')})"
+            f"{fig([r['compact_cpu_s'] for r in runs], '{:.2f}')} ({statistics.median([r['hours_compacted'] for r in runs]):.0f})"
             if s == "delta-compacted"
             else ""
         )
         print(
-            f"| {s} | {fig([r['rows'] for r in runs], '{:,.0f}')} | {fig([r['commits'] for r in runs], '{:,.0f}')} "
+            f"| {s} | {statistics.median([r['rows'] for r in runs]):,.0f} | {fig([r['commits'] for r in runs], '{:,.0f}')} "
             f"| {fig([r['cpu_s'] for r in runs], '{:.2f}')} | {fig(rate, '{:,.0f}')} "
-            f"| {'1' if s == 'parquet' else fig(ratio, '{:.3f}')} | {compaction} |"
+            f"| {'1' if s == 'parquet' else fig(ratio, '{:.3f}')} "
+            f"| {fig([r['peak_rss_bytes'] / 2**20 for r in runs], '{:.0f}')} | {compaction} |"
         )
 
 
@@ -109,12 +112,14 @@ def hour_files(name, path, day):
     hours = collections.defaultdict(lambda: [0, 0])
     if name.startswith("delta"):
         import deltalake
+        import pyarrow as pa
 
-        actions = deltalake.DeltaTable(path).get_add_actions(flatten=True).to_pylist()
+        actions = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
         for action in actions:
-            if action["partition.dt"] == day:
-                hours[action["partition.hr"]][0] += 1
-                hours[action["partition.hr"]][1] += action["size_bytes"]
+            # `dt` is a date in the table, `hr` an integer.
+            if str(action["partition.dt"]) == day:
+                hours[f"{action['partition.hr']:02}"][0] += 1
+                hours[f"{action['partition.hr']:02}"][1] += action["size_bytes"]
     else:
         base = f"{path}/dt={day}"
         for hour_dir in os.listdir(base):
