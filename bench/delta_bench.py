@@ -95,7 +95,7 @@ def write_report(path):
         rate = [r["rows"] / r["cpu_s"] for r in runs]
         ratio = [r[s]["rows"] / r[s]["cpu_s"] / (r["parquet"]["rows"] / r["parquet"]["cpu_s"]) for r in rounds.values()]
         compaction = (
-            f"{fig([r['compact_cpu_s'] for r in runs], '{:.2f}')} ({statistics.median([r['hours_compacted'] for r in runs]):.0f})"
+            f"{fig([r['compaction_cpu_seconds'] for r in runs], '{:.2f}')} ({statistics.median([r['hours_compacted'] for r in runs]):.0f})"
             if s == "delta-compacted"
             else ""
         )

@@ -456,7 +456,7 @@ async fn main() -> anyhow::Result<()> {
     if args.joiner_only {
         // One line for bench/flink.sh to read.
         println!(
-            "joiner-figures cpu_s={join_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1} rows={impressions} commits={} hours_compacted={compacted} compact_cpu_s={compact_cpu:.3}",
+            "joiner-figures cpu_s={join_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1} rows={impressions} commits={} hours_compacted={compacted} compaction_cpu_seconds={compact_cpu:.3}",
             metric(&end_metrics, "featurelog_join_buffered_requests"),
             metric(&end_metrics, "featurelog_join_commits"),
         );
