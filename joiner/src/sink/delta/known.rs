@@ -29,11 +29,6 @@ impl Known {
         self.snapshot.as_ref().map(|s| s.version())
     }
 
-    /// A snapshot loaded from the store: kept when newer than the known one.
-    pub(super) fn loaded(&mut self, snapshot: SnapshotRef) {
-        self.advance(snapshot);
-    }
-
     /// The snapshot after a commit built on version `base` (`None`: the commit created the
     /// table) that set `task`'s `txn` to `epoch` when `txn` is given. The `txn`s known at
     /// `base` still hold after it: a commit changes only its own.
@@ -48,7 +43,7 @@ impl Known {
         if follows {
             self.snapshot = Some(snapshot);
         } else {
-            self.advance(snapshot);
+            self.loaded(snapshot);
         }
         if let Some((task, epoch)) = txn
             && self.version() == Some(version)
@@ -57,7 +52,9 @@ impl Known {
         }
     }
 
-    fn advance(&mut self, snapshot: SnapshotRef) {
+    /// A snapshot loaded from the store (or committed on another): kept when newer than the
+    /// known one, whose `txn`s then no longer say anything.
+    pub(super) fn loaded(&mut self, snapshot: SnapshotRef) {
         if self.version().is_none_or(|v| v < snapshot.version()) {
             self.snapshot = Some(snapshot);
             self.txns.clear();

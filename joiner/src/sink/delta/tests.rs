@@ -9,13 +9,21 @@ use featurelog_schemas::featurelog::v1::{DataType, Feature, FeatureLog, Values};
 
 use super::*;
 use crate::sink::fixtures::{committed, rows};
-use crate::sink::{Dataset, SinkOptions};
+use crate::sink::{Checkpoint, Dataset, SinkOptions, Staged};
 use crate::state::{Labels, Row};
 
 fn delta_dataset(dir: &Path) -> Dataset {
     Dataset::open(dir, SinkOptions::default())
         .unwrap()
         .with_delta(DeltaTable::local(dir).unwrap())
+}
+
+/// A flush of `task` up to its checkpoint `epoch` (rows of `hour`), not yet rolled forward.
+fn checkpointed(ds: &Dataset, task: &str, epoch: u64, hour: i64) -> (Staged, Checkpoint) {
+    let staged = ds.stage(task, epoch, &rows(hour), i64::MIN).unwrap();
+    let cp = committed(task, epoch, &staged);
+    ds.commit(&cp).unwrap();
+    (staged, cp)
 }
 
 /// Every action of every commit in the log, in version order.
@@ -91,9 +99,7 @@ fn sorted(mut files: Vec<String>) -> Vec<String> {
 fn each_roll_forward_adds_its_files_once_with_the_task_s_txn() {
     let dir = tempfile::tempdir().unwrap();
     let ds = delta_dataset(dir.path());
-    let staged = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
-    let cp = committed("t-0", 1, &staged);
-    ds.commit(&cp).unwrap();
+    let (staged, cp) = checkpointed(&ds, "t-0", 1, 1);
     ds.roll_forward(&cp).unwrap();
     assert_eq!(added_paths(dir.path()), sorted(staged.files.clone()));
     let table = ds.delta.as_ref().unwrap();
@@ -123,13 +129,9 @@ fn each_roll_forward_adds_its_files_once_with_the_task_s_txn() {
     assert_eq!(added_paths(dir.path()), sorted(staged.files.clone()));
 
     // The next epoch, and another task, each in a commit of their own.
-    let next = ds.stage("t-0", 2, &rows(3), i64::MIN).unwrap();
-    let cp2 = committed("t-0", 2, &next);
-    ds.commit(&cp2).unwrap();
+    let (next, cp2) = checkpointed(&ds, "t-0", 2, 3);
     ds.roll_forward(&cp2).unwrap();
-    let other = ds.stage("t-1", 1, &rows(1), i64::MIN).unwrap();
-    let cp_other = committed("t-1", 1, &other);
-    ds.commit(&cp_other).unwrap();
+    let (other, cp_other) = checkpointed(&ds, "t-1", 1, 1);
     ds.roll_forward(&cp_other).unwrap();
     assert_eq!(versions(dir.path()), 3);
     let all = [staged.files, next.files, other.files].concat();
@@ -142,14 +144,10 @@ fn each_roll_forward_adds_its_files_once_with_the_task_s_txn() {
 fn a_crash_between_the_checkpoint_and_the_delta_commit_is_finished_by_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let ds = delta_dataset(dir.path());
-    let first = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
-    let cp1 = committed("t-0", 1, &first);
-    ds.commit(&cp1).unwrap();
+    let (first, cp1) = checkpointed(&ds, "t-0", 1, 1);
     ds.roll_forward(&cp1).unwrap();
     // Checkpoint 2 created, then `kill -9`: no rename, no Delta commit.
-    let second = ds.stage("t-0", 2, &rows(2), i64::MIN).unwrap();
-    let cp2 = committed("t-0", 2, &second);
-    ds.commit(&cp2).unwrap();
+    let (second, cp2) = checkpointed(&ds, "t-0", 2, 2);
     drop(ds);
 
     // A new process, which knows nothing of the table yet.
@@ -176,13 +174,9 @@ fn two_processes_rolling_one_checkpoint_forward_add_it_once() {
     let dir = tempfile::tempdir().unwrap();
     // The table exists, so both race on an append.
     let ds = delta_dataset(dir.path());
-    let first = ds.stage("t-1", 1, &rows(1), i64::MIN).unwrap();
-    let cp = committed("t-1", 1, &first);
-    ds.commit(&cp).unwrap();
+    let (first, cp) = checkpointed(&ds, "t-1", 1, 1);
     ds.roll_forward(&cp).unwrap();
-    let staged = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
-    let cp = committed("t-0", 1, &staged);
-    ds.commit(&cp).unwrap();
+    let (staged, cp) = checkpointed(&ds, "t-0", 1, 1);
     let handles: Vec<_> = (0..4)
         .map(|_| {
             let (root, cp) = (dir.path().to_owned(), cp.clone());
@@ -200,15 +194,11 @@ fn two_processes_rolling_one_checkpoint_forward_add_it_once() {
 fn a_handle_whose_table_moved_on_finds_the_epoch_another_committed() {
     let dir = tempfile::tempdir().unwrap();
     let (ds, other) = (delta_dataset(dir.path()), delta_dataset(dir.path()));
-    let first = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
-    let cp = committed("t-0", 1, &first);
-    ds.commit(&cp).unwrap();
+    let (first, cp) = checkpointed(&ds, "t-0", 1, 1);
     ds.roll_forward(&cp).unwrap();
     // Another process (a zombie of the task, or a completeness pass) rolls epoch 2 forward:
     // this handle's table is a version behind, and its `txn` of the task says epoch 1.
-    let second = ds.stage("t-0", 2, &rows(2), i64::MIN).unwrap();
-    let cp = committed("t-0", 2, &second);
-    ds.commit(&cp).unwrap();
+    let (second, cp) = checkpointed(&ds, "t-0", 2, 2);
     other.roll_forward(&cp).unwrap();
     ds.roll_forward(&cp).unwrap();
     assert_eq!(
@@ -217,9 +207,7 @@ fn a_handle_whose_table_moved_on_finds_the_epoch_another_committed() {
     );
     assert_eq!(versions(dir.path()), 2);
     // And its commits go on after the other's.
-    let third = ds.stage("t-0", 3, &rows(3), i64::MIN).unwrap();
-    let cp = committed("t-0", 3, &third);
-    ds.commit(&cp).unwrap();
+    let (_, cp) = checkpointed(&ds, "t-0", 3, 3);
     ds.roll_forward(&cp).unwrap();
     assert_eq!(versions(dir.path()), 3);
 }
@@ -309,9 +297,7 @@ fn rows_with(name: &str) -> Vec<Row> {
 fn a_new_feature_becomes_a_nullable_column_and_unsigned_columns_are_signed() {
     let dir = tempfile::tempdir().unwrap();
     let ds = delta_dataset(dir.path());
-    let first = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
-    let cp = committed("t-0", 1, &first);
-    ds.commit(&cp).unwrap();
+    let (_, cp) = checkpointed(&ds, "t-0", 1, 1);
     ds.roll_forward(&cp).unwrap();
     let columns = table_columns(dir.path());
     let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
@@ -343,9 +329,7 @@ fn late_rows_stay_out_of_the_table() {
     ds.commit(&cp).unwrap();
     ds.roll_forward(&cp).unwrap();
     assert!(!dir.path().join("_delta_log").exists());
-    let on_time = ds.stage("t-0", 2, &rows(20), i64::MIN).unwrap();
-    let cp = committed("t-0", 2, &on_time);
-    ds.commit(&cp).unwrap();
+    let (on_time, cp) = checkpointed(&ds, "t-0", 2, 20);
     ds.roll_forward(&cp).unwrap();
     assert_eq!(added_paths(dir.path()), sorted(on_time.files));
 }
@@ -359,9 +343,7 @@ fn a_table_on_an_object_store_is_under_the_dataset_s_prefix() {
             store.clone(),
             url::Url::parse("memory://b/ds").unwrap(),
         ));
-    let staged = ds.stage("t-0", 1, &rows(1), i64::MIN).unwrap();
-    let cp = committed("t-0", 1, &staged);
-    ds.commit(&cp).unwrap();
+    let (_, cp) = checkpointed(&ds, "t-0", 1, 1);
     ds.roll_forward(&cp).unwrap();
     ds.roll_forward(&cp).unwrap();
     let keys = crate::sink::fixtures::keys(&store);
