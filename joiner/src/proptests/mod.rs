@@ -32,7 +32,7 @@ mod reencode;
 /// `cases` cases (or `PROPTEST_CASES`), from a fixed seed unless `PROPTEST_RNG_SEED` is set:
 /// CI runs the same cases every time, and a longer local run can explore others. No
 /// regression files: a case found is kept as a unit test next to the decoder it broke.
-fn config(cases: u32) -> ProptestConfig {
+pub(crate) fn config(cases: u32) -> ProptestConfig {
     featurelog_schemas::testing::config(cases, 0x5eed_f00d_1e55_0001)
 }
 

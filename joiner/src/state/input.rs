@@ -130,6 +130,8 @@ impl JoinState {
             first_us: time_us,
             ..Pending::default()
         });
+        // Every path below changes a field the state file keeps.
+        p.encoded = None;
         if is_new {
             self.bytes += pending_bytes(&key);
             if !self.features.contains_key(&key.0) {
@@ -194,6 +196,7 @@ impl JoinState {
         };
         f.impressed.insert(key.1.clone());
         p.matched = Some((f.log.clone(), row));
+        p.encoded = None;
         if self.config.label_window_us.is_none() {
             self.emit(key, out);
         } else {

@@ -206,6 +206,9 @@ pub struct JoinState {
     segment_files: BTreeMap<u64, String>,
     /// The column layouts of the held logs, shared (see [`Layouts`]).
     layouts: Layouts,
+    /// The pending entries of the last snapshot, as encoded there: unchanged entries are copied
+    /// from it (see `Pending::encoded`).
+    last_pending: Vec<u8>,
     /// What happened so far.
     pub counts: Counts,
 }
@@ -231,6 +234,7 @@ impl JoinState {
             segment_bytes: BTreeMap::new(),
             segment_files: BTreeMap::new(),
             layouts: Layouts::default(),
+            last_pending: Vec::new(),
             counts: Counts::default(),
         }
     }

@@ -12,19 +12,34 @@ use crate::state::table::Pending;
 const PENDING: u32 = 3;
 
 /// Appends the entries of `pending` to `out` as `StateHeader.pending` fields, each byte for
-/// byte what prost writes for the `featurelog.state.v1.Pending` message of the entry.
-/// `scratch` is reused between entries.
+/// byte what prost writes for the `featurelog.state.v1.Pending` message of the entry. An entry
+/// unchanged since the last snapshot is copied from that snapshot's entries, `last`; every
+/// entry is left pointing at its bytes in `out`, for the next snapshot.
 pub(super) fn encode_pending<'a>(
-    pending: impl Iterator<Item = (&'a (String, String), &'a Pending)>,
+    pending: impl Iterator<Item = (&'a (String, String), &'a mut Pending)>,
+    last: &[u8],
     out: &mut Vec<u8>,
 ) {
     let mut scratch = Vec::new();
     for ((request, item), p) in pending {
-        scratch.clear();
-        encode_entry(request, item, p, &mut scratch);
-        encoding::encode_key(PENDING, WireType::LengthDelimited, out);
-        encoding::encode_varint(scratch.len() as u64, out);
-        out.extend_from_slice(&scratch);
+        let start = out.len();
+        match p
+            .encoded
+            .and_then(|(at, len)| last.get(at as usize..at as usize + len as usize))
+        {
+            Some(bytes) => out.extend_from_slice(bytes),
+            None => {
+                scratch.clear();
+                encode_entry(request, item, p, &mut scratch);
+                encoding::encode_key(PENDING, WireType::LengthDelimited, out);
+                encoding::encode_varint(scratch.len() as u64, out);
+                out.extend_from_slice(&scratch);
+            }
+        }
+        // Past 4 GiB of pending entries an entry is simply encoded again next time.
+        p.encoded = u32::try_from(start)
+            .ok()
+            .zip(u32::try_from(out.len() - start).ok());
     }
 }
 
@@ -78,6 +93,7 @@ pub(super) fn encode_entry(request: &String, item: &String, p: &Pending, buf: &m
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use prost::Message as _;
 
     use featurelog_schemas::featurelog::state::v1::{Pending as Reference, StateHeader};
@@ -143,11 +159,11 @@ mod tests {
         assert!(matched, "no entry was matched");
     }
 
-    #[test]
-    fn a_snapshot_header_decodes_to_every_entry() {
-        let mut s = state();
-        let bytes = s.snapshot(1, "state-1").bytes;
+    /// The pending entries of a snapshot's header, and those the table holds, both sorted.
+    fn header_and_table(s: &mut JoinState, epoch: u64) -> (Vec<Reference>, Vec<Reference>) {
+        let bytes = s.snapshot(epoch, &format!("state-{epoch}")).bytes;
         let header = StateHeader::decode_length_delimited(bytes.as_slice()).unwrap();
+        assert_eq!(header.epoch, epoch, "the other fields are read too");
         let mut got: Vec<Reference> = header.pending;
         let mut want: Vec<Reference> = s
             .pending
@@ -157,7 +173,77 @@ mod tests {
         let key = |p: &Reference| (p.request_id.clone(), p.item_id.clone());
         got.sort_by_key(key);
         want.sort_by_key(key);
+        (got, want)
+    }
+
+    #[test]
+    fn a_snapshot_header_decodes_to_every_entry() {
+        let mut s = state();
+        let (got, want) = header_and_table(&mut s, 1);
         assert_eq!(got, want);
-        assert_eq!(header.epoch, 1, "the other fields are read too");
+    }
+
+    /// What the property feeds a state: a request's feature log, an app event, the events'
+    /// progress, or a snapshot.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Features(usize),
+        Event(usize, usize, u8, i64, Option<u8>, Option<u8>),
+        Progress(i64),
+        Snapshot,
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        let step = prop_oneof![
+            1 => (0..4usize).prop_map(Step::Features),
+            4 => (0..4usize, 0..3usize, 0..4u8, 0..90i64, prop::option::of(0..6u8), prop::option::of(0..3u8))
+                .prop_map(|(r, i, k, at, id, v)| Step::Event(r, i, k, at, id, v)),
+            1 => (0..120i64).prop_map(Step::Progress),
+            2 => Just(Step::Snapshot),
+        ];
+        prop::collection::vec(step, 1..60)
+    }
+
+    proptest! {
+        #![proptest_config(crate::proptests::config(256))]
+
+        /// Entries copied from the previous snapshot are the entries as they are now: every
+        /// change to a kept field (a new event, an impression meeting its features) is
+        /// written, whatever the order of events, features, progress and snapshots.
+        #[test]
+        fn every_snapshot_holds_the_table_as_it_is(steps in steps()) {
+            let mut s = JoinState::new(config(Some(10 * MIN)));
+            let mut epoch = 0;
+            for step in steps {
+                match step {
+                    Step::Features(r) => {
+                        s.add_features(log(&format!("r{r}"), 0, &["a", "b"]));
+                    }
+                    Step::Event(r, i, k, at, id, v) => {
+                        let kind = match k {
+                            0 => EventKind::Impression,
+                            1 => EventKind::Click,
+                            2 => EventKind::Conversion,
+                            _ => EventKind::Other("share".into()),
+                        };
+                        let mut e = event(&format!("r{r}"), ["a", "b", "z"][i], 0, kind);
+                        e.time_us = at * MIN / 10;
+                        e.event_id = id.map(|id| format!("e{id}"));
+                        if let Some(v) = v {
+                            e.labels.insert(format!("l{v}"), f64::from(v) + 0.5);
+                        }
+                        s.add_event(e);
+                    }
+                    Step::Progress(t) => {
+                        s.source_progress(0, t * MIN / 10);
+                    }
+                    Step::Snapshot => {
+                        epoch += 1;
+                        let (got, want) = header_and_table(&mut s, epoch);
+                        prop_assert_eq!(got, want);
+                    }
+                }
+            }
+        }
     }
 }

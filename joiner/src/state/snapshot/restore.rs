@@ -170,6 +170,7 @@ impl JoinState {
                     .into_iter()
                     .map(early_restore)
                     .collect::<Result<_, _>>()?,
+                encoded: None,
             };
             state.bytes += pending_bytes(&key) + pending.ids_bytes();
             state.pending.insert(key.clone(), pending);

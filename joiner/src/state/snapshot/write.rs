@@ -63,7 +63,8 @@ impl JoinState {
         if referenced_bytes > 2 * live_bytes + COMPACT_MIN_BYTES {
             self.written.clear();
         }
-        let mut new_logs: Vec<&Arc<ServedLog>> = Vec::new();
+        // Owned (a count each), so that the pending entries can be borrowed mutably below.
+        let mut new_logs: Vec<Arc<ServedLog>> = Vec::new();
         let mut new_bytes = 0usize;
         for (r, log) in &live {
             // The feature-log topic keeps it: the snapshot names its offset.
@@ -73,7 +74,7 @@ impl JoinState {
             if !self.written.contains_key(*r) {
                 let len = log.raw().len();
                 self.written.insert((*r).to_owned(), (epoch, len));
-                new_logs.push(log);
+                new_logs.push(Arc::clone(log));
                 new_bytes += len;
             }
         }
@@ -137,14 +138,15 @@ impl JoinState {
         };
         // The header is the fields above, then the pending entries: a message's fields may come
         // in any order, and a repeated field's entries concatenate.
-        let mut pending = Vec::new();
-        encode_pending(self.pending.iter(), &mut pending);
+        let mut pending = Vec::with_capacity(self.last_pending.len());
+        encode_pending(self.pending.iter_mut(), &self.last_pending, &mut pending);
         let header_len = header.encoded_len() + pending.len();
         let mut out = Vec::with_capacity(header_len + new_bytes + 16 * new_logs.len() + 32);
         let _ = prost::encode_length_delimiter(header_len, &mut out);
         // Writing to a Vec cannot fail.
         let _ = header.encode(&mut out);
         out.extend_from_slice(&pending);
+        self.last_pending = pending;
         // A log's bytes are its record's, as consumed: written as they are, length-delimited.
         for log in new_logs {
             let _ = prost::encode_length_delimiter(log.raw().len(), &mut out);
