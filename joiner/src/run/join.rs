@@ -88,11 +88,13 @@ impl Join {
             // A partition resumed after read-ahead alignment paused it (crate::align) waits for
             // the fetch in flight to its broker, which the broker holds up to fetch.wait.max.ms
             // when the other partition has nothing new: at librdkafka's 500 ms, catching up on
-            // a backlog took a pause per half second. Raw settings in [kafka.properties] still
-            // win.
+            // a backlog took a pause per half second. librdkafka's 1 s `fetch.queue.backoff.ms`
+            // likewise left a task idle for a second once it had drained its queue on a
+            // backlog. Raw settings in [kafka.properties] still win.
             &[
                 ("partition.assignment.strategy", "range"),
                 ("fetch.wait.max.ms", "100"),
+                ("fetch.queue.backoff.ms", "100"),
             ],
             (
                 "creating the join consumer",

@@ -103,7 +103,20 @@ impl Router {
             // the router reads them (docs/JOINER.md, "Partition counts"): look for them every
             // 30 s rather than librdkafka's 5 minutes (one small metadata request;
             // `[kafka.properties]` may say otherwise).
-            &[("topic.metadata.refresh.interval.ms", "30000")],
+            //
+            // The router routes in the order librdkafka hands records over: one partition's
+            // whole fetch, then the next one's. At librdkafka's 1 MiB a partition, a fetch of
+            // compressed events spans minutes of event time, so the repartition topic
+            // interleaved the events partitions that far apart, and every task held the
+            // impressions of the partition read ahead until the slowest one's progress caught
+            // up. 64 KiB a partition keeps them seconds apart. With fetches that small the
+            // fetch queue drains often, and librdkafka's 1 s `fetch.queue.backoff.ms` then
+            // left the router idle on a backlog: 100 ms.
+            &[
+                ("topic.metadata.refresh.interval.ms", "30000"),
+                ("max.partition.fetch.bytes", "65536"),
+                ("fetch.queue.backoff.ms", "100"),
+            ],
             (
                 "creating the router consumer",
                 "subscribing to the events topic",
