@@ -188,7 +188,16 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Step {
         Features(usize),
-        Event(usize, usize, u8, i64, Option<u8>, Option<u8>),
+        /// Request `r{request}`, item `a`, `b` or `z` (never scored), a kind by number, a time
+        /// in tenths of a minute, an event id and a label value, both optional.
+        Event {
+            request: usize,
+            item: usize,
+            kind: u8,
+            tenths: i64,
+            id: Option<u8>,
+            label: Option<u8>,
+        },
         Progress(i64),
         Snapshot,
     }
@@ -197,7 +206,14 @@ mod tests {
         let step = prop_oneof![
             1 => (0..4usize).prop_map(Step::Features),
             4 => (0..4usize, 0..3usize, 0..4u8, 0..90i64, prop::option::of(0..6u8), prop::option::of(0..3u8))
-                .prop_map(|(r, i, k, at, id, v)| Step::Event(r, i, k, at, id, v)),
+                .prop_map(|(request, item, kind, tenths, id, label)| Step::Event {
+                    request,
+                    item,
+                    kind,
+                    tenths,
+                    id,
+                    label,
+                }),
             1 => (0..120i64).prop_map(Step::Progress),
             2 => Just(Step::Snapshot),
         ];
@@ -219,17 +235,17 @@ mod tests {
                     Step::Features(r) => {
                         s.add_features(log(&format!("r{r}"), 0, &["a", "b"]));
                     }
-                    Step::Event(r, i, k, at, id, v) => {
-                        let kind = match k {
+                    Step::Event { request, item, kind, tenths, id, label } => {
+                        let kind = match kind {
                             0 => EventKind::Impression,
                             1 => EventKind::Click,
                             2 => EventKind::Conversion,
                             _ => EventKind::Other("share".into()),
                         };
-                        let mut e = event(&format!("r{r}"), ["a", "b", "z"][i], 0, kind);
-                        e.time_us = at * MIN / 10;
+                        let mut e = event(&format!("r{request}"), ["a", "b", "z"][item], 0, kind);
+                        e.time_us = tenths * MIN / 10;
                         e.event_id = id.map(|id| format!("e{id}"));
-                        if let Some(v) = v {
+                        if let Some(v) = label {
                             e.labels.insert(format!("l{v}"), f64::from(v) + 0.5);
                         }
                         s.add_event(e);
