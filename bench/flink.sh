@@ -66,7 +66,7 @@ for round in $(seq 1 "$rounds"); do
   # Alternating order, so that neither always runs on the warmer page cache.
   if [ $((round % 2)) = 1 ]; then run_joiner; run_flink; else run_flink; run_joiner; fi
   line=$(grep '^joiner-figures ' "$work/joiner.log")
-  j_cpu=$(sed -E 's/.*cpu_s=([^ ]+).*/\1/' <<<"$line")
+  j_cpu=$(sed -E 's/.* cpu_s=([^ ]+).*/\1/' <<<"$line")
   j_peak=$(sed -E 's/.*peak_rss_bytes=([^ ]+).*/\1/' <<<"$line")
   buffered=$(sed -E 's/.*buffered_requests=([^ ]+).*/\1/' <<<"$line")
   read -r f_user f_sys f_peak_kib f_wall < "$work/flink.time"

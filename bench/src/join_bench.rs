@@ -391,6 +391,16 @@ async fn main() -> anyhow::Result<()> {
     let join_rss = featurelog_bench::resident_bytes(pid);
     let join_peak = featurelog_bench::peak_resident_bytes(pid);
     let (librdkafka_cpu, rest_cpu) = featurelog_bench::librdkafka_and_other_cpu(pid);
+    // The two stages' own threads, so that a change to one is measured apart from the rest.
+    let stage_cpu = |name: &str| -> f64 {
+        featurelog_bench::thread_cpu(pid)
+            .into_iter()
+            .filter(|(comm, _)| comm.starts_with(name))
+            .map(|(_, seconds)| seconds)
+            .sum()
+    };
+    let (router_cpu, join_thread_cpu) =
+        (stage_cpu("featurelog-rout"), stage_cpu("featurelog-join"));
     let end_metrics = scrape(metrics_addr).await.unwrap_or_default();
     child.kill()?;
     child.wait()?;
@@ -456,7 +466,7 @@ async fn main() -> anyhow::Result<()> {
     if args.joiner_only {
         // One line for bench/flink.sh to read.
         println!(
-            "joiner-figures cpu_s={join_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1} rows={impressions} commits={} hours_compacted={compacted} compaction_cpu_seconds={compact_cpu:.3}",
+            "joiner-figures cpu_s={join_cpu:.3} router_cpu_s={router_cpu:.3} join_thread_cpu_s={join_thread_cpu:.3} librdkafka_cpu_s={librdkafka_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1} rows={impressions} commits={} hours_compacted={compacted} compaction_cpu_seconds={compact_cpu:.3}",
             metric(&end_metrics, "featurelog_join_buffered_requests"),
             metric(&end_metrics, "featurelog_join_commits"),
         );
