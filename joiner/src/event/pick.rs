@@ -84,24 +84,35 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
                 continue;
             }
             // A name configured twice (say, one field as two labels) fills every slot.
-            let value: serde_json::Value = map.next_value()?;
-            let slots = slots.into_iter().zip(&mut taken_from).zip([
-                &mut picked.request_id,
-                &mut picked.item_id,
-                &mut picked.event_time,
-                &mut picked.event_type,
-                &mut picked.event_id,
-            ]);
-            for ((path, taken_from), slot) in slots {
-                if let Some(path) = path.filter(|_| nearest(taken_from, k)) {
-                    *slot = at(&value, path).cloned();
-                }
-            }
-            let labels = f.labels.iter().zip(&mut labels_taken_from);
-            for ((name, taken_from), slot) in labels.zip(&mut picked.labels) {
-                if let Some(path) = reach(name, k).filter(|_| nearest(taken_from, k)) {
-                    *slot = at(&value, path).cloned();
-                }
+            let mut value: serde_json::Value = map.next_value()?;
+            let mut slots = slots
+                .into_iter()
+                .zip(&mut taken_from)
+                .zip([
+                    &mut picked.request_id,
+                    &mut picked.item_id,
+                    &mut picked.event_time,
+                    &mut picked.event_type,
+                    &mut picked.event_id,
+                ])
+                .chain(
+                    f.labels
+                        .iter()
+                        .map(|name| reach(name, k))
+                        .zip(&mut labels_taken_from)
+                        .zip(&mut picked.labels),
+                )
+                .filter_map(|((path, taken_from), slot)| {
+                    path.filter(|_| nearest(taken_from, k)).map(|p| (slot, p))
+                })
+                .peekable();
+            // The last slot that wants the whole value takes it rather than a copy.
+            while let Some((slot, path)) = slots.next() {
+                *slot = if path.is_empty() && slots.peek().is_none() {
+                    Some(std::mem::take(&mut value))
+                } else {
+                    at(&value, path).cloned()
+                };
             }
         }
         Ok(picked)

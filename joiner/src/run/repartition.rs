@@ -15,24 +15,24 @@ use super::error::{JoinError, client};
 use crate::event::{Event, EventKind};
 
 /// An app event as the router passes it on.
-pub(super) fn to_impression(e: &Event) -> Impression {
-    let (event_type, event_name) = match &e.kind {
+pub(super) fn to_impression(e: Event) -> Impression {
+    let (event_type, event_name) = match e.kind {
         EventKind::Impression => (EventType::Impression, String::new()),
         EventKind::Click => (EventType::Click, String::new()),
         EventKind::Conversion => (EventType::Conversion, String::new()),
-        EventKind::Other(name) => (EventType::Other, name.clone()),
+        EventKind::Other(name) => (EventType::Other, name),
     };
     Impression {
-        request_id: e.request_id.clone(),
-        item_id: e.item_id.clone(),
+        request_id: e.request_id,
+        item_id: e.item_id,
         event_time: Some(prost_types::Timestamp {
             seconds: e.time_us.div_euclid(1_000_000),
             nanos: (e.time_us.rem_euclid(1_000_000) * 1000) as i32,
         }),
         event_type: event_type as i32,
         event_name,
-        labels: e.labels.clone().into_iter().collect(),
-        event_id: e.event_id.clone().unwrap_or_default(),
+        labels: e.labels.into_iter().collect(),
+        event_id: e.event_id.unwrap_or_default(),
     }
 }
 
@@ -147,7 +147,11 @@ pub(super) fn send_batch(
             key: EVENTS_HEADER,
             value: Some("1"),
         }));
-    send_waiting(producer, record, "routing events")
+    send_waiting(producer, record, "routing events")?;
+    // Serves the delivery reports of the batches sent so far: one a batch, so the router
+    // need not poll its producer for every event it reads.
+    producer.poll(Duration::ZERO);
+    Ok(())
 }
 
 /// Sends a record with the router's transactional producer, waiting while its queue is full

@@ -72,8 +72,9 @@ struct Router {
 /// What the router gathered for its open transaction, and the progress it last reported.
 #[derive(Default)]
 struct Routing {
-    /// The next offset to read of each events partition routed from in the transaction.
-    next: HashMap<(String, i32), i64>,
+    /// The next offset to read of each events partition routed from in the transaction, by
+    /// topic and partition (by topic first, so that routing an event allocates nothing).
+    next: HashMap<String, HashMap<i32, i64>>,
     sources: HashMap<i32, Source>,
     reported: BTreeMap<i32, i64>,
     batches: Batches,
@@ -190,6 +191,7 @@ impl Router {
         if report {
             self.report(&progress)?;
             routing.reported = progress;
+            self.producer.poll(Duration::ZERO);
         }
         if (!routing.next.is_empty() || report)
             && !commit_router(
@@ -272,7 +274,7 @@ impl Router {
                     &self.producer,
                     &self.repartition,
                     partition,
-                    &to_impression(&e),
+                    &to_impression(e),
                 )?;
                 self.metrics.events_routed.inc();
             }
@@ -285,11 +287,11 @@ impl Router {
                 &self.metrics,
             ),
         }
-        routing.next.insert(
-            (message.topic().to_owned(), message.partition()),
-            message.offset() + 1,
-        );
-        self.producer.poll(Duration::ZERO);
+        let next = match routing.next.get_mut(message.topic()) {
+            Some(next) => next,
+            None => routing.next.entry(message.topic().to_owned()).or_default(),
+        };
+        next.insert(message.partition(), message.offset() + 1);
         Ok(())
     }
 }

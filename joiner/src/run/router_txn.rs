@@ -23,14 +23,16 @@ use super::thread::wait_unless_shutdown;
 pub(super) fn commit_router(
     producer: &BaseProducer,
     consumer: &BaseConsumer<JoinContext>,
-    next: &mut HashMap<(String, i32), i64>,
+    next: &mut HashMap<String, HashMap<i32, i64>>,
     shutdown: &CancellationToken,
 ) -> Result<bool, JoinError> {
     let mut offsets = TopicPartitionList::new();
-    for ((topic, partition), offset) in next.iter() {
-        offsets
-            .add_partition_offset(topic, *partition, Offset::Offset(*offset))
-            .map_err(client("building router offsets"))?;
+    for (topic, partitions) in next.iter() {
+        for (partition, offset) in partitions {
+            offsets
+                .add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(client("building router offsets"))?;
+        }
     }
     next.clear();
     let committed = match commit_with_offsets(producer, consumer, &offsets, shutdown) {

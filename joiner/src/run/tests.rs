@@ -228,7 +228,7 @@ fn a_batch_of_routed_events_decodes_to_the_same_events_in_order() {
         .collect();
     let mut buf = Vec::new();
     for e in &events {
-        prost::encoding::message::encode(1, &to_impression(e), &mut buf);
+        prost::encoding::message::encode(1, &to_impression(e.clone()), &mut buf);
     }
     let batch = RoutedEvents::decode(buf.as_slice()).unwrap();
     let back: Vec<Event> = batch
