@@ -91,7 +91,9 @@ impl JoinState {
                     .contains_key(&(request_id.clone(), item_id.clone()))
             };
             if self.config.label_window_us.is_none() && kind == EventKind::Impression && !waits() {
-                f.impressed.insert(item_id.clone());
+                if f.impressed.insert(item_id.clone()) {
+                    f.encoded = None;
+                }
                 self.counts.joined += 1;
                 self.emitted
                     .entry(request_id.clone())
@@ -194,7 +196,9 @@ impl JoinState {
             self.remove_pending(key);
             return;
         };
-        f.impressed.insert(key.1.clone());
+        if f.impressed.insert(key.1.clone()) {
+            f.encoded = None;
+        }
         p.matched = Some((f.log.clone(), row));
         p.encoded = None;
         if self.config.label_window_us.is_none() {

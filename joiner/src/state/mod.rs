@@ -209,6 +209,9 @@ pub struct JoinState {
     /// The pending entries of the last snapshot, as encoded there: unchanged entries are copied
     /// from it (see `Pending::encoded`).
     last_pending: Vec<u8>,
+    /// The held logs' entries of the last snapshot, as encoded there (see
+    /// `FeatureEntry::encoded`).
+    last_features: Vec<u8>,
     /// What happened so far.
     pub counts: Counts,
 }
@@ -235,6 +238,7 @@ impl JoinState {
             segment_files: BTreeMap::new(),
             layouts: Layouts::default(),
             last_pending: Vec::new(),
+            last_features: Vec::new(),
             counts: Counts::default(),
         }
     }

@@ -23,6 +23,10 @@ pub(super) struct FeatureEntry {
     /// still holds them, so that whether it joins does not depend on how far the other input
     /// had been read.
     pub(super) expires_at: i64,
+    /// Where the entry's encoding sits in [`JoinState`]'s `last_features`, the previous state
+    /// file's held logs, and the segment its log was in then, while no field that a state
+    /// file keeps has changed since (see `Pending::encoded`). Cleared by a new impressed item.
+    pub(super) encoded: Option<((u32, u32), u64)>,
 }
 
 impl FeatureEntry {
@@ -36,6 +40,7 @@ impl FeatureEntry {
             index: None,
             impressed,
             expires_at,
+            encoded: None,
         }
     }
 

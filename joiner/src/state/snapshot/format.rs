@@ -3,8 +3,8 @@
 //! length-delimited.
 
 pub(super) use featurelog_schemas::featurelog::state::v1::{
-    EarlyLabel as SnapEarly, Emitted as SnapEmitted, HeldFeatures as SnapFeature,
-    StateHeader as SnapshotHeader, early_label::Kind as EarlyKind,
+    EarlyLabel as SnapEarly, Emitted as SnapEmitted, StateHeader as SnapshotHeader,
+    early_label::Kind as EarlyKind,
 };
 
 use crate::event::EventKind;

@@ -1,16 +1,20 @@
 //! The state file written beside each checkpoint, and the restore from it: what a restarted
 //! task needs to continue exactly where the checkpoint left it.
 //!
-//! - `format`: the file's header messages and how its feature logs follow them.
+//! - `format`: the file's header messages and how its feature logs follow them;
 //! - `write`: [`JoinState::snapshot`], which writes each log once, into a segment, or names
-//!   it by its offset in the feature-log topic.
+//!   it by its offset in the feature-log topic;
+//! - `held`, `pending`: the header's two large repeated fields, encoded from the table;
+//! - `reuse`: their entries that did not change, copied from the previous state file;
 //! - `restore`: [`JoinState::restore`].
 
 use super::JoinState;
 
 mod format;
+mod held;
 mod pending;
 mod restore;
+mod reuse;
 #[cfg(test)]
 mod tests;
 mod write;

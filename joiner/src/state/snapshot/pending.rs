@@ -3,9 +3,10 @@
 //! its feature logs), and one a snapshot would otherwise build as messages of cloned strings
 //! and maps at every commit, only to encode and drop them.
 
-use prost::encoding::{self, WireType};
+use prost::encoding;
 
 use super::format::early_of;
+use super::reuse::copy_or_encode;
 use crate::state::table::Pending;
 
 /// `StateHeader.pending`'s field number.
@@ -22,24 +23,9 @@ pub(super) fn encode_pending<'a>(
 ) {
     let mut scratch = Vec::new();
     for ((request, item), p) in pending {
-        let start = out.len();
-        match p
-            .encoded
-            .and_then(|(at, len)| last.get(at as usize..at as usize + len as usize))
-        {
-            Some(bytes) => out.extend_from_slice(bytes),
-            None => {
-                scratch.clear();
-                encode_entry(request, item, p, &mut scratch);
-                encoding::encode_key(PENDING, WireType::LengthDelimited, out);
-                encoding::encode_varint(scratch.len() as u64, out);
-                out.extend_from_slice(&scratch);
-            }
-        }
-        // Past 4 GiB of pending entries an entry is simply encoded again next time.
-        p.encoded = u32::try_from(start)
-            .ok()
-            .zip(u32::try_from(out.len() - start).ok());
+        p.encoded = copy_or_encode(p.encoded, last, out, &mut scratch, PENDING, |buf| {
+            encode_entry(request, item, p, buf)
+        });
     }
 }
 
@@ -96,7 +82,9 @@ mod tests {
     use proptest::prelude::*;
     use prost::Message as _;
 
-    use featurelog_schemas::featurelog::state::v1::{Pending as Reference, StateHeader};
+    use featurelog_schemas::featurelog::state::v1::{
+        HeldFeatures, Pending as Reference, StateHeader,
+    };
 
     use super::*;
     use crate::event::EventKind;
@@ -161,9 +149,12 @@ mod tests {
 
     /// The pending entries of a snapshot's header, and those the table holds, both sorted.
     fn header_and_table(s: &mut JoinState, epoch: u64) -> (Vec<Reference>, Vec<Reference>) {
-        let bytes = s.snapshot(epoch, &format!("state-{epoch}")).bytes;
-        let header = StateHeader::decode_length_delimited(bytes.as_slice()).unwrap();
-        assert_eq!(header.epoch, epoch, "the other fields are read too");
+        let (header, _) = snapshot_header(s, epoch);
+        pending_of(s, header)
+    }
+
+    /// The pending entries of `header`, and those the table holds, both sorted.
+    fn pending_of(s: &JoinState, header: StateHeader) -> (Vec<Reference>, Vec<Reference>) {
         let mut got: Vec<Reference> = header.pending;
         let mut want: Vec<Reference> = s
             .pending
@@ -174,6 +165,38 @@ mod tests {
         got.sort_by_key(key);
         want.sort_by_key(key);
         (got, want)
+    }
+
+    /// A snapshot's header, and the held logs' entries of the table as it stands after it.
+    fn snapshot_header(s: &mut JoinState, epoch: u64) -> (StateHeader, Vec<HeldFeatures>) {
+        let bytes = s.snapshot(epoch, &format!("state-{epoch}")).bytes;
+        let header = StateHeader::decode_length_delimited(bytes.as_slice()).unwrap();
+        assert_eq!(header.epoch, epoch, "the other fields are read too");
+        let held = s
+            .features
+            .iter()
+            .map(|(r, f)| HeldFeatures {
+                request_id: r.clone(),
+                expires_at: f.expires_at,
+                impressed: f.impressed.iter().cloned().collect(),
+                // A log the topic keeps is in no segment.
+                segment: match f.log.offset() {
+                    Some(_) => 0,
+                    None => s.written.get(r).map_or(epoch, |&(segment, _)| segment),
+                },
+                offset: f.log.offset(),
+            })
+            .collect();
+        (header, held)
+    }
+
+    /// Held logs' entries in one order, their impressed items too.
+    fn sorted(mut held: Vec<HeldFeatures>) -> Vec<HeldFeatures> {
+        for h in &mut held {
+            h.impressed.sort();
+        }
+        held.sort_by(|a, b| a.request_id.cmp(&b.request_id));
+        held
     }
 
     #[test]
@@ -187,7 +210,11 @@ mod tests {
     /// progress, or a snapshot.
     #[derive(Debug, Clone)]
     enum Step {
-        Features(usize),
+        /// Request `r{request}`'s feature log, served at `minute`.
+        Features {
+            request: usize,
+            minute: i64,
+        },
         /// Request `r{request}`, item `a`, `b` or `z` (never scored), a kind by number, a time
         /// in tenths of a minute, an event id and a label value, both optional.
         Event {
@@ -199,13 +226,16 @@ mod tests {
             label: Option<u8>,
         },
         Progress(i64),
+        /// The feature logs' partition idle up to this time, in tenths of a minute: with the
+        /// events' progress, it expires logs.
+        FeaturesIdle(i64),
         Snapshot,
     }
 
     fn steps() -> impl Strategy<Value = Vec<Step>> {
         let step = prop_oneof![
-            1 => (0..4usize).prop_map(Step::Features),
-            4 => (0..4usize, 0..3usize, 0..4u8, 0..90i64, prop::option::of(0..6u8), prop::option::of(0..3u8))
+            1 => (0..8usize, 0..9i64).prop_map(|(request, minute)| Step::Features { request, minute }),
+            4 => (0..8usize, 0..3usize, 0..4u8, 0..90i64, prop::option::of(0..6u8), prop::option::of(0..3u8))
                 .prop_map(|(request, item, kind, tenths, id, label)| Step::Event {
                     request,
                     item,
@@ -214,7 +244,8 @@ mod tests {
                     id,
                     label,
                 }),
-            1 => (0..120i64).prop_map(Step::Progress),
+            1 => (0..450i64).prop_map(Step::Progress),
+            1 => (0..450i64).prop_map(Step::FeaturesIdle),
             2 => Just(Step::Snapshot),
         ];
         prop::collection::vec(step, 1..60)
@@ -224,16 +255,20 @@ mod tests {
         #![proptest_config(crate::proptests::config(256))]
 
         /// Entries copied from the previous snapshot are the entries as they are now: every
-        /// change to a kept field (a new event, an impression meeting its features) is
-        /// written, whatever the order of events, features, progress and snapshots.
+        /// change to a kept field (a new event, an impression meeting its features, an item
+        /// impressed, a log moved to another segment) is written, whatever the order of
+        /// events, features, progress and snapshots, with a label window or without.
         #[test]
-        fn every_snapshot_holds_the_table_as_it_is(steps in steps()) {
-            let mut s = JoinState::new(config(Some(10 * MIN)));
+        fn every_snapshot_holds_the_table_as_it_is(
+            window in prop_oneof![Just(None), Just(Some(10 * MIN))],
+            steps in steps(),
+        ) {
+            let mut s = JoinState::new(config(window));
             let mut epoch = 0;
             for step in steps {
                 match step {
-                    Step::Features(r) => {
-                        s.add_features(log(&format!("r{r}"), 0, &["a", "b"]));
+                    Step::Features { request, minute } => {
+                        s.add_features(log(&format!("r{request}"), minute, &["a", "b"]));
                     }
                     Step::Event { request, item, kind, tenths, id, label } => {
                         let kind = match kind {
@@ -253,9 +288,14 @@ mod tests {
                     Step::Progress(t) => {
                         s.source_progress(0, t * MIN / 10);
                     }
+                    Step::FeaturesIdle(t) => {
+                        s.features_idle(t * MIN / 10);
+                    }
                     Step::Snapshot => {
                         epoch += 1;
-                        let (got, want) = header_and_table(&mut s, epoch);
+                        let (mut header, held) = snapshot_header(&mut s, epoch);
+                        prop_assert_eq!(sorted(std::mem::take(&mut header.features)), sorted(held));
+                        let (got, want) = pending_of(&s, header);
                         prop_assert_eq!(got, want);
                     }
                 }

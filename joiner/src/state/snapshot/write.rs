@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Snapshot;
-use super::format::{SnapEmitted, SnapFeature, SnapshotHeader};
+use super::format::{SnapEmitted, SnapshotHeader};
+use super::held::encode_features;
 use super::pending::encode_pending;
 use crate::log::ServedLog;
 use crate::state::{HashMap, JoinState};
@@ -96,17 +97,8 @@ impl JoinState {
         let segment_of = |r: &str| self.written.get(r).map_or(epoch, |&(s, _)| s);
         let offset_of = |r: &str| live.get(r).and_then(|log| log.offset());
         let header = SnapshotHeader {
-            features: self
-                .features
-                .iter()
-                .map(|(r, f)| SnapFeature {
-                    request_id: r.clone(),
-                    expires_at: f.expires_at,
-                    impressed: f.impressed.iter().cloned().collect(),
-                    segment: segment_of(r),
-                    offset: offset_of(r),
-                })
-                .collect(),
+            // Encoded below, straight from the table, as the pending entries are.
+            features: Vec::new(),
             matched_only: matched_only.iter().map(|r| (*r).to_owned()).collect(),
             matched_only_segments: matched_only.iter().map(|r| segment_of(r)).collect(),
             matched_only_offsets: matched_only
@@ -136,16 +128,25 @@ impl JoinState {
                 .map(|(s, b)| (*s, *b as u64))
                 .collect(),
         };
-        // The header is the fields above, then the pending entries: a message's fields may come
-        // in any order, and a repeated field's entries concatenate.
+        // The header is the fields above, then the held logs' and the pending entries: a
+        // message's fields may come in any order, and a repeated field's entries concatenate.
+        let mut features = Vec::with_capacity(self.last_features.len());
+        encode_features(
+            self.features.iter_mut(),
+            &self.last_features,
+            segment_of,
+            &mut features,
+        );
         let mut pending = Vec::with_capacity(self.last_pending.len());
         encode_pending(self.pending.iter_mut(), &self.last_pending, &mut pending);
-        let header_len = header.encoded_len() + pending.len();
+        let header_len = header.encoded_len() + features.len() + pending.len();
         let mut out = Vec::with_capacity(header_len + new_bytes + 16 * new_logs.len() + 32);
         let _ = prost::encode_length_delimiter(header_len, &mut out);
         // Writing to a Vec cannot fail.
         let _ = header.encode(&mut out);
+        out.extend_from_slice(&features);
         out.extend_from_slice(&pending);
+        self.last_features = features;
         self.last_pending = pending;
         // A log's bytes are its record's, as consumed: written as they are, length-delimited.
         for log in new_logs {
