@@ -7,28 +7,25 @@ use prost::encoding;
 
 use super::reuse::copy_or_encode;
 use crate::state::table::FeatureEntry;
+#[cfg(test)]
+use featurelog_schemas::featurelog::state::v1::HeldFeatures;
 
 /// `StateHeader.features`'s field number.
 const FEATURES: u32 = 1;
 
 /// Appends the entries of `features` to `out` as `StateHeader.features` fields, each byte for
 /// byte what prost writes for the `featurelog.state.v1.HeldFeatures` message of the entry,
-/// with its log in segment `segment_of(request)` unless the topic keeps it. An entry unchanged
-/// since the last snapshot, its log still in the same segment, is copied from that snapshot's
-/// entries, `last`.
+/// with its log in segment `segment_of(request, offset)`. An entry unchanged since the last
+/// snapshot, its log still in the same segment, is copied from that snapshot's entries, `last`.
 pub(super) fn encode_features<'a>(
     features: impl Iterator<Item = (&'a String, &'a mut FeatureEntry)>,
     last: &[u8],
-    segment_of: impl Fn(&str) -> u64,
+    segment_of: impl Fn(&str, Option<i64>) -> u64,
     out: &mut Vec<u8>,
 ) {
     let mut scratch = Vec::new();
     for (request, f) in features {
-        // A log the topic keeps is in no segment (a restore reads it by its offset).
-        let segment = match f.log.offset() {
-            Some(_) => 0,
-            None => segment_of(request),
-        };
+        let segment = segment_of(request, f.log.offset());
         // A snapshot that compacts moves every log it writes again into its own segment.
         let (encoded, _) = f.encoded.filter(|&(_, s)| s == segment).unzip();
         let encoded = copy_or_encode(encoded, last, out, &mut scratch, FEATURES, |buf| {
@@ -60,10 +57,21 @@ pub(super) fn encode_entry(request: &String, f: &FeatureEntry, segment: u64, buf
 }
 
 #[cfg(test)]
+/// The message the entry stands for with its log in `segment`, built field by field from
+/// clones: what prost would encode.
+pub(super) fn reference(request: &str, f: &FeatureEntry, segment: u64) -> HeldFeatures {
+    HeldFeatures {
+        request_id: request.to_owned(),
+        expires_at: f.expires_at,
+        impressed: f.impressed.iter().cloned().collect(),
+        segment,
+        offset: f.log.offset(),
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use prost::Message as _;
-
-    use featurelog_schemas::featurelog::state::v1::HeldFeatures;
 
     use super::*;
     use crate::event::EventKind;
@@ -82,14 +90,11 @@ mod tests {
             for segment in [0, 7] {
                 let mut mine = Vec::new();
                 encode_entry(r, f, segment, &mut mine);
-                let reference = HeldFeatures {
-                    request_id: r.clone(),
-                    expires_at: f.expires_at,
-                    impressed: f.impressed.iter().cloned().collect(),
-                    segment,
-                    offset: f.log.offset(),
-                };
-                assert_eq!(mine, reference.encode_to_vec(), "{r} in segment {segment}");
+                assert_eq!(
+                    mine,
+                    reference(r, f, segment).encode_to_vec(),
+                    "{r} in segment {segment}"
+                );
             }
         }
     }

@@ -14,6 +14,8 @@ use crate::state::test_support::{
 };
 use crate::state::{HashMap, JoinState};
 
+pub(super) mod property;
+
 /// A feature-log partition: the records at their offsets.
 type Partition = BTreeMap<i64, Vec<u8>>;
 

@@ -94,13 +94,21 @@ impl JoinState {
         self.segment_files.insert(epoch, file.to_owned());
         let referenced = &self.segment_bytes;
         self.segment_files.retain(|e, _| referenced.contains_key(e));
-        let segment_of = |r: &str| self.written.get(r).map_or(epoch, |&(s, _)| s);
+        // A log the topic keeps is in no segment: a restore reads it by its offset.
+        let written = &self.written;
+        let segment_of = |r: &str, offset: Option<i64>| match offset {
+            Some(_) => 0,
+            None => written.get(r).map_or(epoch, |&(s, _)| s),
+        };
         let offset_of = |r: &str| live.get(r).and_then(|log| log.offset());
         let header = SnapshotHeader {
             // Encoded below, straight from the table, as the pending entries are.
             features: Vec::new(),
             matched_only: matched_only.iter().map(|r| (*r).to_owned()).collect(),
-            matched_only_segments: matched_only.iter().map(|r| segment_of(r)).collect(),
+            matched_only_segments: matched_only
+                .iter()
+                .map(|r| segment_of(r, offset_of(r)))
+                .collect(),
             matched_only_offsets: matched_only
                 .iter()
                 .map(|r| offset_of(r).unwrap_or(-1))
