@@ -394,3 +394,22 @@ fn a_state_file_of_another_format_is_refused_with_both_formats_named() {
         )
     );
 }
+
+#[test]
+fn a_drained_backlog_gives_back_its_table_slots_at_the_next_snapshot() {
+    let mut s = JoinState::new(config(None));
+    // Impressions whose feature logs never come, then one whose log does.
+    for r in 0..2000 {
+        s.feed(event(&format!("r{r}"), "a", 0, EventKind::Impression));
+    }
+    s.feed(event("late", "a", 10, EventKind::Impression));
+    s.features_idle(10 * MIN);
+    assert_eq!(s.pending.len(), 1, "the backlog expired");
+    let grown = s.table_capacity();
+    assert!(grown >= 4000, "{grown}");
+    s.snapshot(1, "state-1");
+    let shrunk = s.table_capacity();
+    assert!(shrunk < 64, "{grown} slots became {shrunk}");
+    let rows = s.add_features(log("late", 9, &["a", "b"]));
+    assert_eq!(keys(&rows), [("late".into(), "a".into())]);
+}

@@ -26,7 +26,8 @@ impl JoinState {
     /// The rest (what waits, what was emitted, watermarks) is small and written whole. When
     /// the referenced segments hold more than twice the live logs' bytes (plus 8 MiB), every
     /// live log is written again into this epoch's file and the old segments are left behind.
-    /// A snapshot's cost is thus the new logs plus the small part, not everything held.
+    /// A snapshot's cost is thus the new logs plus the small part, not everything held. The
+    /// tables then give back the spare slots of a drained backlog.
     pub fn snapshot(&mut self, epoch: u64, file: &str) -> Snapshot {
         use prost::Message;
         // Logs still needed: the held ones, and those of expired requests whose matched
@@ -156,6 +157,8 @@ impl JoinState {
         out.extend_from_slice(&pending);
         self.last_features = features;
         self.last_pending = pending;
+        // Once per commit, where a pass over the tables is already paid for.
+        self.release_spare_capacity();
         // A log's bytes are its record's, as consumed: written as they are, length-delimited.
         for log in new_logs {
             let _ = prost::encode_length_delimiter(log.raw().len(), &mut out);
