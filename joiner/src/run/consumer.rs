@@ -134,6 +134,12 @@ pub(super) fn group_consumer(
         ("auto.offset.reset", "earliest"),
         ("isolation.level", "read_committed"),
         ("statistics.interval.ms", STATISTICS_INTERVAL_MS),
+        // librdkafka prefetches up to 64 MiB a consumer by default, and caps a fetch response
+        // at that; on a backlog the join consumer held that much, in large buffers that the
+        // allocator kept afterwards. 16 MiB still keeps every partition fed (the benchmark's
+        // wall time is unchanged) and cut the peak resident memory by a third and librdkafka's
+        // CPU by a third at 6M records.
+        ("queued.max.messages.kbytes", "16384"),
     ];
     settings.extend_from_slice(extra);
     if config.static_membership {
