@@ -235,8 +235,8 @@ impl JoinState {
     }
 }
 
-/// A table keeps its slots until it holds fewer than a quarter of them (and more than this
-/// many are spare): a table that grows and drains every commit is not reallocated each time.
+/// A table keeps its slots until it has more than this many and holds fewer than a quarter of
+/// them: a small table that grows and drains every commit is not reallocated each time.
 const SPARE_SLOTS: usize = if cfg!(test) { 4 } else { 1024 };
 
 /// Gives back most of `table`'s slots when it holds a small part of them, keeping twice its
@@ -251,8 +251,7 @@ fn release_spare<K: Eq + std::hash::Hash, V>(table: &mut HashMap<K, V>) {
 impl JoinState {
     /// Gives back the tables' spare slots. A backlog (impressions read ahead of their feature
     /// logs, a burst of requests) grows the tables to its peak, and a hash table never
-    /// shrinks by itself: without this, a long run held the slots of its largest backlog, which
-    /// at 6M benchmark records was twice the 600,000-record run's.
+    /// shrinks by itself: a long run would hold the slots of its largest backlog for good.
     pub(super) fn release_spare_capacity(&mut self) {
         release_spare(&mut self.features);
         release_spare(&mut self.pending);
