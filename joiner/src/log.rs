@@ -286,6 +286,11 @@ impl ServedLog {
             .map(CandidateId::Text)
     }
 
+    /// The integer candidate ids in row order, when the log lists its ids as integers.
+    pub fn int_candidate_ids(&self) -> Option<&[i64]> {
+        (!self.int_ids.is_empty()).then_some(self.int_ids.as_slice())
+    }
+
     /// The candidate ids in row order.
     pub fn candidate_ids(&self) -> impl Iterator<Item = CandidateId<'_>> {
         (0..self.candidate_count()).map(|i| self.candidate_id(i).unwrap_or(CandidateId::Text("")))

@@ -125,6 +125,13 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
 /// (`{"event": ..., "properties": {"product_id": ...}}`); a top-level key that itself holds
 /// a dot is still taken as it is.
 fn reach<'n>(name: &'n str, k: &str) -> Option<&'n str> {
+    // Each key of each event is compared with every configured name, and most differ at
+    // their first byte: a byte compare spares the two calls to memcmp below.
+    if let (Some(n), Some(first)) = (name.as_bytes().first(), k.as_bytes().first())
+        && n != first
+    {
+        return None;
+    }
     if name == k {
         return Some("");
     }

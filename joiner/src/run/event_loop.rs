@@ -50,11 +50,12 @@ pub(super) fn join(
         if shutdown.is_cancelled() {
             return stop(&join, &mut running);
         }
-        if ticks.due() {
+        let now = Instant::now();
+        if ticks.due(now) {
             tick(&join, &mut running)?;
             continue;
         }
-        if let Some(message) = join.consumer.poll(ticks.poll_timeout()) {
+        if let Some(message) = join.consumer.poll(ticks.poll_timeout(now)) {
             receive(&join, &mut running, message)?;
         }
     }

@@ -2,7 +2,7 @@
 //! once. Its loop, on the stage's own thread, reads events, reports its progress on a tick,
 //! and commits what it routed with the offsets it read in one Kafka transaction.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use super::thread::Ticks;
 use crate::config::JoinerConfig;
 use crate::dead_letter::dead_letter;
 use crate::metrics::JoinMetrics;
+use crate::state::HashMap;
 
 /// How often the router reports its progress and commits what it routed.
 const TICK: Duration = Duration::from_millis(250);
@@ -48,12 +49,13 @@ pub(super) fn router(
         if router.shutdown.is_cancelled() {
             return router.stop(&mut routing);
         }
-        if ticks.due() {
+        let now = std::time::Instant::now();
+        if ticks.due(now) {
             router.tick(&mut routing)?;
             continue;
         }
-        if let Some(message) = router.consumer.poll(ticks.poll_timeout()) {
-            router.route(&mut routing, message)?;
+        if let Some(message) = router.consumer.poll(ticks.poll_timeout(now)) {
+            router.route(&mut routing, message, now)?;
         }
     }
 }
@@ -233,6 +235,7 @@ impl Router {
         &self,
         routing: &mut Routing,
         message: KafkaResult<BorrowedMessage<'_>>,
+        now: std::time::Instant,
     ) -> Result<(), JoinError> {
         if after_revoke(&self.producer, &self.consumer, &self.shutdown)? {
             *routing = Routing::default();
@@ -246,20 +249,23 @@ impl Router {
             }
         };
         let config = &self.config;
+        // Read once: each call measures librdkafka's C string and checks its UTF-8.
+        let topic = message.topic();
         let payload = message.payload().unwrap_or_default();
-        let decoded = decode_event(config, message.topic(), payload);
+        let decoded = decode_event(config, topic, payload);
         let index = config
             .input
             .events_topic
             .names()
             .iter()
-            .position(|t| t == message.topic())
+            .position(|t| t == topic)
             .unwrap_or(0);
         let source = routing
             .sources
             .entry(source_id(index, message.partition()))
             .or_insert_with(Source::new);
-        source.last_seen = std::time::Instant::now();
+        // When the poll began: at most a poll's wait early, against idle timeouts of seconds.
+        source.last_seen = now;
         match decoded {
             // Its time still counts for the watermark: the app's events are in order whether
             // or not the sidecars logged their requests.
@@ -287,9 +293,9 @@ impl Router {
                 &self.metrics,
             ),
         }
-        let next = match routing.next.get_mut(message.topic()) {
+        let next = match routing.next.get_mut(topic) {
             Some(next) => next,
-            None => routing.next.entry(message.topic().to_owned()).or_default(),
+            None => routing.next.entry(topic.to_owned()).or_default(),
         };
         next.insert(message.partition(), message.offset() + 1);
         Ok(())

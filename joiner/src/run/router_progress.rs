@@ -2,7 +2,9 @@
 //! event time it routed from the partition, or the wall clock once the partition is read to
 //! its end and quiet (docs/JOINER.md, "Watermarks").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::state::HashMap;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -2,7 +2,7 @@
 //! read at, exactly once; an abortable failure or a revoke aborts it and rewinds the consumer
 //! to what is committed, and a retriable one is retried until shutdown.
 
-use std::collections::HashMap;
+use crate::state::HashMap;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -116,14 +116,14 @@ async fn a_retry_wait_ends_at_shutdown_not_at_its_timeout() {
 fn ticks_are_due_at_once_then_every_interval_without_piling_up() {
     let every = Duration::from_millis(40);
     let mut ticks = Ticks::new(every);
-    assert!(ticks.due());
-    assert!(!ticks.due());
-    assert!(ticks.poll_timeout() <= every);
+    assert!(ticks.due(Instant::now()));
+    assert!(!ticks.due(Instant::now()));
+    assert!(ticks.poll_timeout(Instant::now()) <= every);
     std::thread::sleep(every * 4);
     // Four intervals late: one tick, and the next a whole interval on.
-    assert!(ticks.due());
-    assert!(!ticks.due());
-    assert!(ticks.poll_timeout() > every / 2);
+    assert!(ticks.due(Instant::now()));
+    assert!(!ticks.due(Instant::now()));
+    assert!(ticks.poll_timeout(Instant::now()) > every / 2);
 }
 
 fn fenced() -> JoinError {

@@ -215,7 +215,21 @@ impl JoinState {
                 _ => Vec::new(),
             };
             impressed_ints.sort_unstable();
+            impressed_ints.dedup();
             let rate = self.config.negatives_rate;
+            // Without negatives only the count is wanted: every log's every candidate passes
+            // here, and a count over the integer ids (a few impressed ids, each against the
+            // list) cost a fraction of visiting each candidate in turn.
+            if rate <= 0.0
+                && let Some(ids) = f.log.int_candidate_ids()
+            {
+                let impressed: usize = impressed_ints
+                    .iter()
+                    .map(|&n| ids.iter().filter(|&&id| id == n).count())
+                    .sum();
+                self.counts.scored_not_impressed += (ids.len() - impressed) as u64;
+                continue;
+            }
             let mut text = String::new();
             for (i, id) in f.log.candidate_ids().enumerate() {
                 let impressed = match id {

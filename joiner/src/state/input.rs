@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use featurelog_schemas::featurelog::v1::FeatureLog;
 
-use super::table::{EarlyLabel, FeatureEntry, ID_BYTES, Pending, pending_bytes};
+use super::key::{PairKey, pair};
+use super::table::{EarlyLabel, FeatureEntry, ID_BYTES, Pending, note_emitted, pending_bytes};
 use super::{HashSet, JoinState, Labels, Row};
 use crate::event::{Event, EventKind};
 use crate::log::ServedLog;
@@ -88,17 +89,14 @@ impl JoinState {
             // general path below would, without its pending entry and index.
             let waits = || {
                 self.pending
-                    .contains_key(&(request_id.clone(), item_id.clone()))
+                    .contains_key(&pair(&request_id, &item_id) as &dyn PairKey)
             };
             if self.config.label_window_us.is_none() && kind == EventKind::Impression && !waits() {
                 if f.impressed.insert(item_id.clone()) {
                     f.encoded = None;
                 }
                 self.counts.joined += 1;
-                self.emitted
-                    .entry(request_id.clone())
-                    .or_default()
-                    .insert(item_id.clone());
+                note_emitted(&mut self.emitted, &request_id, &item_id);
                 out.push(Row {
                     request_id,
                     item_id,

@@ -10,6 +10,7 @@
 //! This module owns the public types and the state's fields; each stage of an entry's life is a
 //! submodule:
 //!
+//! - `key`: lookups by borrowed ids in the tables keyed by request and item.
 //! - `table`: the tables' entries, what each is accounted against the memory bound, and the
 //!   upkeep of a pending entry (its place in the due index, its removal, its row).
 //! - `input`: taking a feature log or an event and matching it against the tables.
@@ -24,6 +25,7 @@ use crate::log::{Layouts, ServedLog};
 
 mod expiry;
 mod input;
+mod key;
 mod snapshot;
 mod table;
 #[cfg(test)]
@@ -34,8 +36,8 @@ use table::{FeatureEntry, Pending};
 
 /// The state's maps are keyed by ids that apps send. They hash with foldhash, seeded at random
 /// per map (so crafted ids cannot be made to collide); std's SipHash was ~6% of the join
-/// threads' time in perf.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// threads' time in perf. The router's maps use it too.
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// Windows and bounds of the join, in microseconds of event time.

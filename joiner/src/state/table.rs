@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::key::DueKey;
 use super::{HashMap, HashSet, JoinState, Labels, Row};
 use crate::event::EventKind;
 use crate::log::{CandidateIndex, ServedLog};
@@ -175,7 +176,7 @@ impl JoinState {
         if due != p.due || !p.indexed {
             if p.indexed {
                 self.pending_due
-                    .remove(&(p.due, key.0.clone(), key.1.clone()));
+                    .remove(&(p.due, key.0.as_str(), key.1.as_str()) as &dyn DueKey);
             }
             p.due = due;
             p.indexed = true;
@@ -193,7 +194,7 @@ impl JoinState {
         }
         if p.indexed {
             self.pending_due
-                .remove(&(p.due, key.0.clone(), key.1.clone()));
+                .remove(&(p.due, key.0.as_str(), key.1.as_str()) as &dyn DueKey);
         }
         self.bytes = self
             .bytes
@@ -220,10 +221,7 @@ impl JoinState {
             return;
         };
         self.counts.joined += 1;
-        self.emitted
-            .entry(key.0.clone())
-            .or_default()
-            .insert(key.1.clone());
+        note_emitted(&mut self.emitted, &key.0, &key.1);
         out.push(Row {
             request_id: key.0.clone(),
             item_id: key.1.clone(),
@@ -232,6 +230,24 @@ impl JoinState {
             impression_time_us: p.impression_us,
             labels: p.labels,
         });
+    }
+}
+
+/// Records in `emitted` that the row of `item` of `request_id` was emitted. Most rows are of
+/// a request that already has one, whose id is not copied again.
+pub(super) fn note_emitted(
+    emitted: &mut HashMap<String, HashSet<String>>,
+    request_id: &str,
+    item: &str,
+) {
+    match emitted.get_mut(request_id) {
+        Some(items) => {
+            items.insert(item.to_owned());
+        }
+        None => {
+            let items = emitted.entry(request_id.to_owned()).or_default();
+            items.insert(item.to_owned());
+        }
     }
 }
 

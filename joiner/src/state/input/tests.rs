@@ -166,18 +166,26 @@ fn integer_candidate_ids_join_by_their_decimal_text_only() {
     assert_eq!(negatives, ["-7"]);
     assert_eq!(s.counts.scored_not_impressed, 198 + 1);
 
-    // Without negatives, the same count and no rows.
+    // Without negatives, the same count and no rows; an id listed twice is two candidates,
+    // and an impression of it covers both.
     let mut s = JoinState::new(config(None));
     s.add_features(FeatureLog {
         row_count: 3,
         candidate_int_ids: vec![-7, 0, 42],
         ..log("r2", 0, &[])
     });
+    s.add_features(FeatureLog {
+        row_count: 4,
+        candidate_int_ids: vec![5, 6, 5, 7],
+        ..log("r3", 0, &[])
+    });
     s.feed(event("r2", "42", 1, EventKind::Impression));
+    s.feed(event("r3", "5", 1, EventKind::Impression));
+    s.feed(event("r3", "5", 2, EventKind::Impression));
     s.add_features(log("late-req", 40, &["k"]));
     let rows = s.feed(event("late-req", "k", 40, EventKind::Impression));
     assert!(rows.iter().all(|r| r.impression_time_us.is_some()));
-    assert_eq!(s.counts.scored_not_impressed, 2);
+    assert_eq!(s.counts.scored_not_impressed, 2 + 2);
     assert_eq!(s.counts.negatives, 0);
 }
 
