@@ -3,9 +3,12 @@
 # bench/flink/ (Maven, one shaded jar) and join-bench, then per round produces the join
 # benchmark's two topics once (steady-state data: --event-rate 200, features served 10 s
 # before they expire) and runs on them, one after the other in alternating order, the joiner
-# (`join-bench --joiner-only`, its own process) and Flink (`java -jar`, one local JVM), and
-# compares their rows (bench/flink/compare.py, pyarrow). Prints a line per round and the
-# medians and ranges over rounds.
+# (`join-bench --joiner-only`, its own process) twice and Flink (`java -jar`, one local JVM),
+# and compares their rows (bench/flink/compare.py, pyarrow). The joiner runs once with its
+# default commit settings, which commit at least as often as Flink's 10 s checkpoints (every
+# `output.flush-interval`, 10 s, or sooner when a task's rows reach `output.flush-bytes`), and
+# once committing every 5,000 rows a task (`--flush-rows 5000`, join.sh's steady state), many
+# times a second. Prints a line per round and the medians and ranges over rounds.
 #
 #   FEATURELOG_KAFKA=127.0.0.1:9092 bench/flink.sh --requests 20000 --rounds 3
 #
@@ -30,7 +33,7 @@ while [ $# -gt 0 ]; do
 done
 : "${FEATURELOG_KAFKA:?set FEATURELOG_KAFKA (scripts/kafka.sh start gives a broker)}"
 features_wait_s=10
-data=(--requests "$requests" --event-rate 200 --features-wait "${features_wait_s}s" --flush-rows 5000)
+data=(--requests "$requests" --event-rate 200 --features-wait "${features_wait_s}s")
 
 # The repository's schema, with the options Flink's protobuf format wants of a Java class.
 mkdir -p bench/flink/target/proto/featurelog/v1
@@ -50,10 +53,12 @@ results=$work/results.tsv
 : > "$results"
 for round in $(seq 1 "$rounds"); do
   read -r _ ftopic etopic records impressions < <("$bench" "${data[@]}" --produce-only | grep '^topics ')
-  rm -rf "$work/joiner" "$work/flink" "$work/checkpoints"
+  rm -rf "$work/joiner" "$work/joiner5k" "$work/flink" "$work/checkpoints"
   run_joiner() {
     "$bench" "${data[@]}" --topics "$ftopic,$etopic" --joiner-only --output "$work/joiner" \
       > "$work/joiner.log" 2>&1 || { cat "$work/joiner.log" >&2; return 1; }
+    "$bench" "${data[@]}" --flush-rows 5000 --topics "$ftopic,$etopic" --joiner-only \
+      --output "$work/joiner5k" > "$work/joiner5k.log" 2>&1 || { cat "$work/joiner5k.log" >&2; return 1; }
   }
   run_flink() {
     # GNU time reports the JVM's own rusage: utime, stime, and its peak resident set (KiB).
@@ -75,12 +80,22 @@ for round in $(seq 1 "$rounds"); do
   j_rows=$(sed -nE 's/^compare joiner_rows=([0-9]+).*/\1/p' <<<"$compare")
   f_rows=$(sed -nE 's/.* flink_rows=([0-9]+).*/\1/p' <<<"$compare")
   match=$(sed -nE 's/.* match=([a-z]+).*/\1/p' <<<"$compare")
+  compare5k=$(python3 bench/flink/compare.py "$work/joiner5k" "$work/flink" || true)
+  echo "$compare5k" | sed 's/^/  (5,000 rows a commit) /' >&2
+  match5k=$(sed -nE 's/.* match=([a-z]+).*/\1/p' <<<"$compare5k")
+  line5k=$(grep '^joiner-figures ' "$work/joiner5k.log")
+  j5_cpu=$(sed -E 's/.* cpu_s=([^ ]+).*/\1/' <<<"$line5k")
+  j5_peak=$(sed -E 's/.*peak_rss_bytes=([^ ]+).*/\1/' <<<"$line5k")
+  j_commits=$(sed -E 's/.* commits=([^ ]+).*/\1/' <<<"$line")
+  j5_commits=$(sed -E 's/.* commits=([^ ]+).*/\1/' <<<"$line5k")
   f_cpu=$(python3 -c "print(f'{$f_user + $f_sys:.3f}')")
   j_wall=$(sed -E 's/.*wall_s=([^ ]+).*/\1/' <<<"$line")
   # round, input records, rows (joiner, Flink), CPU s, peak resident bytes, the joiner's
-  # buffered requests at the end, rows match, wall s
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$records" "$j_rows" "$f_rows" \
-    "$j_cpu" "$f_cpu" "$j_peak" "$((f_peak_kib * 1024))" "$buffered" "$match" "$j_wall" "$f_wall" \
+  # buffered requests at the end, rows match, wall s; then the joiner committing every 5,000
+  # rows: CPU s, peak resident bytes, rows match; the commits of each joiner run
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$records" \
+    "$j_rows" "$f_rows" "$j_cpu" "$f_cpu" "$j_peak" "$((f_peak_kib * 1024))" "$buffered" "$match" \
+    "$j_wall" "$f_wall" "$j5_cpu" "$j5_peak" "$match5k" "$j_commits" "$j5_commits" \
     | tee -a "$results"
   "$bench" --delete-topics bench- > /dev/null
 done
@@ -92,8 +107,9 @@ def col(i, f=float): return [f(r[i]) for r in rows]
 def fig(v, fmt):
     return fmt.format(statistics.median(v)) + (
         "" if len(v) == 1 else " (" + fmt.format(min(v)) + "-" + fmt.format(max(v)) + ")")
-j_cpu, f_cpu = col(4), col(5)
+j_cpu, f_cpu, j5_cpu = col(4), col(5), col(12)
 j_peak, f_peak = [b / 2**20 for b in col(6)], [b / 2**20 for b in col(7)]
+j5_peak = [b / 2**20 for b in col(13)]
 buffered = col(8)
 print(f"\n{len(rows)} rounds, input records {rows[0][1]}; median (range)")
 print("| figure | joiner | Flink |")
@@ -102,6 +118,11 @@ print(f"| rows written | {fig(col(2), '{:,.0f}')} | {fig(col(3), '{:,.0f}')} |")
 print(f"| CPU s | {fig(j_cpu, '{:.2f}')} | {fig(f_cpu, '{:.2f}')} |")
 print(f"| Flink CPU / joiner CPU, per round | {fig([f / j for f, j in zip(f_cpu, j_cpu)], '{:.1f}')} | |")
 print(f"| peak resident MiB | {fig(j_peak, '{:.0f}')} | {fig(f_peak, '{:.0f}')} |")
+print(f"| commits (joiner), with its default commit settings | {fig(col(15), '{:.0f}')} | |")
+print(f"| joiner committing every 5,000 rows a task: CPU s; commits | {fig(j5_cpu, '{:.2f}')}; {fig(col(16), '{:.0f}')} | |")
+print(f"| Flink CPU / joiner CPU committing every 5,000 rows, per round | {fig([f / j for f, j in zip(f_cpu, j5_cpu)], '{:.1f}')} | |")
+print(f"| peak resident MiB, joiner committing every 5,000 rows | {fig(j5_peak, '{:.0f}')} | |")
+print(f"| rows match, joiner committing every 5,000 rows | {', '.join(r[14] for r in rows)} | |")
 print(f"| peak resident KiB per buffered request ({fig(buffered, '{:.0f}')} at the end) "
       f"| {fig([p * 1024 / b for p, b in zip(j_peak, buffered)], '{:.0f}')} "
       f"| {fig([p * 1024 / b for p, b in zip(f_peak, buffered)], '{:.0f}')} |")

@@ -56,9 +56,9 @@ pub(super) fn encode_entry(request: &String, f: &FeatureEntry, segment: u64, buf
     }
 }
 
-#[cfg(test)]
 /// The message the entry stands for with its log in `segment`, built field by field from
 /// clones: what prost would encode.
+#[cfg(test)]
 pub(super) fn reference(request: &str, f: &FeatureEntry, segment: u64) -> HeldFeatures {
     HeldFeatures {
         request_id: request.to_owned(),

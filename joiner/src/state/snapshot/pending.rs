@@ -79,9 +79,9 @@ pub(super) fn encode_entry(request: &String, item: &String, p: &Pending, buf: &m
     }
 }
 
-#[cfg(test)]
 /// The message the entry stands for, built field by field from clones: what prost would
 /// encode.
+#[cfg(test)]
 pub(super) fn reference(request: &str, item: &str, p: &Pending) -> Reference {
     Reference {
         request_id: request.to_owned(),
