@@ -123,8 +123,9 @@ impl ServedLog {
         // Sized on the first id, for the kind of ids the record has.
         let mut ids: Vec<(u32, u32)> = Vec::new();
         let mut int_ids: Vec<i64> = Vec::new();
-        let mut columns = (Vec::new(), Vec::new());
-        let mut cells = (Vec::new(), Vec::new());
+        let width = layouts.last_width();
+        let mut columns = (Vec::with_capacity(width), Vec::new());
+        let mut cells = (Vec::with_capacity(width), Vec::new());
         for field in wire::fields(&raw) {
             let field = field?;
             match (field.number, field.wire) {

@@ -71,6 +71,12 @@ pub struct Layouts {
 }
 
 impl Layouts {
+    /// Columns of the last log decoded: the next one most likely has as many, so its column
+    /// lists are allocated once at that size rather than grown push by push.
+    pub(super) fn last_width(&self) -> usize {
+        self.last.as_ref().map_or(0, |l| l.columns.len())
+    }
+
     pub(super) fn intern(&mut self, columns: &[ColumnRef<'_>]) -> Arc<Layout> {
         // Consecutive logs of a partition are mostly of one model: try its layout first,
         // before hashing every column name.
