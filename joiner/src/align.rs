@@ -99,11 +99,17 @@ impl Alignment {
             || has_unread(Input::Events),
         );
         // The events' progress can only move while their input is read: with the feature logs
-        // paused for it, the events never pause.
+        // paused for it, the events never pause. Before any feature log is read (a task
+        // starting on a backlog, whose first fetch of events came before its first feature
+        // log), the events read ahead of the first one read: otherwise that fetch, and every
+        // one after it until a feature log came, would all wait in the state.
         let events_lead = if features {
             None
         } else {
-            lead(times.events_read, times.features)
+            lead(
+                times.events_read,
+                times.features.or(times.events_first_read),
+            )
         };
         let events = self.next(Input::Events, events_lead, max_ahead_us, every, || {
             has_unread(Input::Features)
@@ -229,6 +235,7 @@ mod tests {
             features,
             events,
             events_read: events,
+            events_first_read: events,
             oldest_held,
         }
     }
@@ -382,6 +389,7 @@ mod tests {
             features: Some(150 * S),
             events: Some(100 * S),
             events_read: Some(250 * S),
+            events_first_read: Some(0),
             oldest_held: None,
         };
         a.decide(&lagging, 30 * S, 600 * S, |_| true);
@@ -416,6 +424,41 @@ mod tests {
     }
 
     #[test]
+    fn events_read_before_any_feature_log_stop_at_the_bound_past_the_first() {
+        let mut a = Alignment::default();
+        let before = |read: i64| InputTimes {
+            features: None,
+            events: None,
+            events_read: Some(read * S),
+            events_first_read: Some(100 * S),
+            oldest_held: None,
+        };
+        a.decide(&before(100), 30 * S, 600 * S, |_| true);
+        assert!(!a.is_paused(Input::Events));
+        a.decide(&before(120), 30 * S, 600 * S, |_| true);
+        assert!(!a.is_paused(Input::Events), "within the bound");
+        // 31 s of events past the first while feature logs are left to read: they wait.
+        assert_eq!(
+            a.decide(&before(131), 30 * S, 600 * S, |_| true),
+            vec![Change::Pause(Input::Events)]
+        );
+        // A feature-log partition read to its end (none came) holds nothing back.
+        let mut b = Alignment::default();
+        b.decide(&before(131), 30 * S, 600 * S, |i| i == Input::Events);
+        assert!(!b.is_paused(Input::Events));
+        // The first feature log, 10 s behind the events read, within half the bound: they
+        // resume.
+        let first_log = InputTimes {
+            features: Some(121 * S),
+            ..before(131)
+        };
+        assert_eq!(
+            a.decide(&first_log, 30 * S, 600 * S, |_| true),
+            vec![Change::Resume(Input::Events)]
+        );
+    }
+
+    #[test]
     fn the_inputs_never_both_pause() {
         let mut a = Alignment::default();
         for f in (0..200).step_by(7) {
@@ -426,6 +469,7 @@ mod tests {
                             features: Some(f * S),
                             events: Some(e * S),
                             events_read: Some((e + read) * S),
+                            events_first_read: Some(0),
                             oldest_held: oldest,
                         };
                         a.decide(&t, 10 * S, 60 * S, |_| true);

@@ -75,6 +75,7 @@ impl JoinState {
             features: known(self.max_features_us.max(self.features_idle_us)),
             events,
             events_read: known(self.max_event_us),
+            events_first_read: known(self.first_event_us),
             oldest_held: self
                 .feature_expiry
                 .first()

@@ -63,6 +63,9 @@ impl JoinState {
             event_id,
         } = event;
         self.max_event_us = self.max_event_us.max(time_us);
+        if self.first_event_us == i64::MIN {
+            self.first_event_us = time_us;
+        }
         if self
             .emitted
             .get(&request_id)

@@ -169,6 +169,9 @@ pub struct InputTimes {
     pub events: Option<i64>,
     /// The newest time of the events read: how far their input has been read.
     pub events_read: Option<i64>,
+    /// The time of the first event read since the task started: where the events' read-ahead
+    /// is measured from before any feature log is read.
+    pub events_first_read: Option<i64>,
     /// The served time of the oldest feature log held.
     pub oldest_held: Option<i64>,
 }
@@ -189,6 +192,8 @@ pub struct JoinState {
     max_features_us: i64,
     /// The newest time of the events read (not persisted: only read-ahead alignment uses it).
     max_event_us: i64,
+    /// The time of the first event read since the task started (not persisted, as above).
+    first_event_us: i64,
     /// Event time up to which each events-topic partition has been routed (see
     /// [`JoinState::source_progress`]).
     sources: BTreeMap<i32, i64>,
@@ -231,6 +236,7 @@ impl JoinState {
             emitted: HashMap::default(),
             max_features_us: i64::MIN,
             max_event_us: i64::MIN,
+            first_event_us: i64::MIN,
             sources: BTreeMap::new(),
             features_idle_us: i64::MIN,
             watermark_us: i64::MIN,
