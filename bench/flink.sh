@@ -50,6 +50,8 @@ bench=$CARGO_TARGET_DIR/release/join-bench
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=$work/results.tsv
+# One figure of a `joiner-figures` line: figure NAME LINE.
+figure() { sed -E "s/.* $1=([^ ]+).*/\1/" <<<"$2"; }
 : > "$results"
 for round in $(seq 1 "$rounds"); do
   read -r _ ftopic etopic records impressions < <("$bench" "${data[@]}" --produce-only | grep '^topics ')
@@ -71,9 +73,9 @@ for round in $(seq 1 "$rounds"); do
   # Alternating order, so that neither always runs on the warmer page cache.
   if [ $((round % 2)) = 1 ]; then run_joiner; run_flink; else run_flink; run_joiner; fi
   line=$(grep '^joiner-figures ' "$work/joiner.log")
-  j_cpu=$(sed -E 's/.* cpu_s=([^ ]+).*/\1/' <<<"$line")
-  j_peak=$(sed -E 's/.*peak_rss_bytes=([^ ]+).*/\1/' <<<"$line")
-  buffered=$(sed -E 's/.*buffered_requests=([^ ]+).*/\1/' <<<"$line")
+  j_cpu=$(figure cpu_s "$line")
+  j_peak=$(figure peak_rss_bytes "$line")
+  buffered=$(figure buffered_requests "$line")
   read -r f_user f_sys f_peak_kib f_wall < "$work/flink.time"
   compare=$(python3 bench/flink/compare.py "$work/joiner" "$work/flink" || true)
   echo "$compare" | sed 's/^/  /' >&2
@@ -84,12 +86,12 @@ for round in $(seq 1 "$rounds"); do
   echo "$compare5k" | sed 's/^/  (5,000 rows a commit) /' >&2
   match5k=$(sed -nE 's/.* match=([a-z]+).*/\1/p' <<<"$compare5k")
   line5k=$(grep '^joiner-figures ' "$work/joiner5k.log")
-  j5_cpu=$(sed -E 's/.* cpu_s=([^ ]+).*/\1/' <<<"$line5k")
-  j5_peak=$(sed -E 's/.*peak_rss_bytes=([^ ]+).*/\1/' <<<"$line5k")
-  j_commits=$(sed -E 's/.* commits=([^ ]+).*/\1/' <<<"$line")
-  j5_commits=$(sed -E 's/.* commits=([^ ]+).*/\1/' <<<"$line5k")
+  j5_cpu=$(figure cpu_s "$line5k")
+  j5_peak=$(figure peak_rss_bytes "$line5k")
+  j_commits=$(figure commits "$line")
+  j5_commits=$(figure commits "$line5k")
   f_cpu=$(python3 -c "print(f'{$f_user + $f_sys:.3f}')")
-  j_wall=$(sed -E 's/.*wall_s=([^ ]+).*/\1/' <<<"$line")
+  j_wall=$(figure wall_s "$line")
   # round, input records, rows (joiner, Flink), CPU s, peak resident bytes, the joiner's
   # buffered requests at the end, rows match, wall s; then the joiner committing every 5,000
   # rows: CPU s, peak resident bytes, rows match; the commits of each joiner run

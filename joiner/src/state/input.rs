@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use featurelog_schemas::featurelog::v1::FeatureLog;
 
-use super::key::{PairKey, pair};
+use super::key::PairKey;
 use super::table::{EarlyLabel, FeatureEntry, ID_BYTES, Pending, note_emitted, pending_bytes};
 use super::{HashSet, JoinState, Labels, Row};
 use crate::event::{Event, EventKind};
@@ -92,7 +92,7 @@ impl JoinState {
             // general path below would, without its pending entry and index.
             let waits = || {
                 self.pending
-                    .contains_key(&pair(&request_id, &item_id) as &dyn PairKey)
+                    .contains_key(&(request_id.as_str(), item_id.as_str()) as &dyn PairKey)
             };
             if self.config.label_window_us.is_none() && kind == EventKind::Impression && !waits() {
                 if f.impressed.insert(item_id.clone()) {

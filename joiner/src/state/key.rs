@@ -44,11 +44,6 @@ impl PartialEq for dyn PairKey + '_ {
 
 impl Eq for dyn PairKey + '_ {}
 
-/// The key of a pending entry borrowed from its ids.
-pub(super) fn pair<'a>(request_id: &'a str, item_id: &'a str) -> (&'a str, &'a str) {
-    (request_id, item_id)
-}
-
 /// An entry of the due index, `(due, request id, item id)`, owned or borrowed.
 pub(super) trait DueKey {
     fn due_key(&self) -> (i64, &str, &str);
@@ -105,11 +100,11 @@ mod tests {
         let mut pending: HashMap<(String, String), u32> = HashMap::default();
         pending.insert(("r1".into(), "a".into()), 1);
         pending.insert(("r1a".into(), String::new()), 2);
-        assert_eq!(pending.get(&pair("r1", "a") as &dyn PairKey), Some(&1));
+        assert_eq!(pending.get(&("r1", "a") as &dyn PairKey), Some(&1));
         // The split between the two ids is part of the key.
-        assert_eq!(pending.get(&pair("r1", "aa") as &dyn PairKey), None);
-        assert_eq!(pending.get(&pair("r1a", "") as &dyn PairKey), Some(&2));
-        assert_eq!(pending.get(&pair("r", "1a") as &dyn PairKey), None);
+        assert_eq!(pending.get(&("r1", "aa") as &dyn PairKey), None);
+        assert_eq!(pending.get(&("r1a", "") as &dyn PairKey), Some(&2));
+        assert_eq!(pending.get(&("r", "1a") as &dyn PairKey), None);
 
         let mut due: BTreeSet<(i64, String, String)> = BTreeSet::new();
         for (t, r, i) in [
