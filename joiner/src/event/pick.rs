@@ -25,6 +25,17 @@ pub(super) struct Picked {
 }
 
 impl Picked {
+    /// The slot of a named field, in the order of `Pick::visit_map`'s slots.
+    fn slot(&mut self, j: usize) -> &mut Option<serde_json::Value> {
+        match j {
+            0 => &mut self.request_id,
+            1 => &mut self.item_id,
+            2 => &mut self.event_time,
+            3 => &mut self.event_type,
+            _ => &mut self.event_id,
+        }
+    }
+
     pub(super) fn parse(payload: &[u8], fields: &JsonFields) -> Result<Self, EventError> {
         use serde::de::DeserializeSeed as _;
         let json = |e: serde_json::Error| EventError::Json(e.to_string());
@@ -79,9 +90,25 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
                 f.event_id.as_deref().and_then(|name| reach(name, k)),
             ];
             let label = f.labels.iter().any(|l| reach(l, k).is_some());
-            if !label && slots.iter().all(Option::is_none) {
-                map.next_value::<serde::de::IgnoredAny>()?;
-                continue;
+            if !label {
+                let mut wanted = slots.iter().enumerate().filter(|(_, path)| path.is_some());
+                match (wanted.next(), wanted.next()) {
+                    (None, _) => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        continue;
+                    }
+                    // Most keys are one configured name, whole: the value goes straight to its
+                    // slot, without the walk over every slot below.
+                    (Some((j, Some(""))), None) => {
+                        if nearest(&mut taken_from[j], k) {
+                            *picked.slot(j) = Some(map.next_value()?);
+                        } else {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                        continue;
+                    }
+                    _ => {}
+                }
             }
             // A name configured twice (say, one field as two labels) fills every slot.
             let mut value: serde_json::Value = map.next_value()?;
