@@ -86,7 +86,6 @@ pub fn runtime_with(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Ru
 }
 
 fn main() -> ExitCode {
-    featurelog_kafka::allocator::keep_freed_pages();
     let cli = Cli::parse();
     init_tracing();
     match cli.command {

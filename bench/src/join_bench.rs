@@ -187,8 +187,6 @@ fn cpu_seconds() -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    // As `featurelog` does: the joiner runs in this process.
-    featurelog_kafka::allocator::keep_freed_pages();
     let args = Args::parse();
     if args.decode_probe {
         return decode_probe(&args);

@@ -3,14 +3,12 @@
 //! - [`KafkaConfig`]: how every featurelog part is told where Kafka is, with raw librdkafka
 //!   settings passed through.
 //! - [`admin`]: creating topics and waiting until they can be used.
-//! - [`allocator`]: how long freed memory is kept before it goes back to the kernel.
 //! - [`txn`]: aborting a `BaseProducer`'s transaction without waiting out its timeout.
 //! - [`DevBroker`]: librdkafka's in-process mock cluster, for trying featurelog with no Kafka
 //!   installed. Never for production, and never the proof that the Kafka path works: the tests
 //!   run against a real broker (`scripts/kafka.sh`).
 
 pub mod admin;
-pub mod allocator;
 mod config;
 mod dev_broker;
 mod error;
