@@ -24,16 +24,20 @@ pub(super) struct Picked {
     pub(super) labels: Vec<Option<serde_json::Value>>,
 }
 
+/// A picked value, if the event has it.
+type Slot = Option<serde_json::Value>;
+
 impl Picked {
-    /// The slot of a named field, in the order of `Pick::visit_map`'s slots.
-    fn slot(&mut self, j: usize) -> &mut Option<serde_json::Value> {
-        match j {
-            0 => &mut self.request_id,
-            1 => &mut self.item_id,
-            2 => &mut self.event_time,
-            3 => &mut self.event_type,
-            _ => &mut self.event_id,
-        }
+    /// The named fields' slots, in the order of `Pick::visit_map`'s names, and the labels'.
+    fn slots_mut(&mut self) -> ([&mut Slot; 5], &mut Vec<Slot>) {
+        let fields = [
+            &mut self.request_id,
+            &mut self.item_id,
+            &mut self.event_time,
+            &mut self.event_type,
+            &mut self.event_id,
+        ];
+        (fields, &mut self.labels)
     }
 
     pub(super) fn parse(payload: &[u8], fields: &JsonFields) -> Result<Self, EventError> {
@@ -101,7 +105,7 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
                     // slot, without the walk over every slot below.
                     (Some((j, Some(""))), None) => {
                         if nearest(&mut taken_from[j], k) {
-                            *picked.slot(j) = Some(map.next_value()?);
+                            *picked.slots_mut().0[j] = Some(map.next_value()?);
                         } else {
                             map.next_value::<serde::de::IgnoredAny>()?;
                         }
@@ -112,22 +116,17 @@ impl<'de> serde::de::Visitor<'de> for Pick<'_> {
             }
             // A name configured twice (say, one field as two labels) fills every slot.
             let mut value: serde_json::Value = map.next_value()?;
+            let (fields, labels) = picked.slots_mut();
             let mut slots = slots
                 .into_iter()
                 .zip(&mut taken_from)
-                .zip([
-                    &mut picked.request_id,
-                    &mut picked.item_id,
-                    &mut picked.event_time,
-                    &mut picked.event_type,
-                    &mut picked.event_id,
-                ])
+                .zip(fields)
                 .chain(
                     f.labels
                         .iter()
                         .map(|name| reach(name, k))
                         .zip(&mut labels_taken_from)
-                        .zip(&mut picked.labels),
+                        .zip(labels.iter_mut()),
                 )
                 .filter_map(|((path, taken_from), slot)| {
                     path.filter(|_| nearest(taken_from, k)).map(|p| (slot, p))
