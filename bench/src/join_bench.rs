@@ -115,6 +115,11 @@ struct Args {
     /// stage. What the join costs without consuming, to set against the full run.
     #[arg(long)]
     join_probe: bool,
+    /// With `--join-probe`, read each request's impressions before its feature log, as the
+    /// joiner often does on a backlog (a fetch of events spans more event time than one of
+    /// feature logs): every impression waits in the pending table until its log comes.
+    #[arg(long)]
+    impressions_first: bool,
     /// Run the joiner with this config until killed (the benchmark runs the joiner in a
     /// process of its own with this, as users run it: its own heap and threads).
     #[arg(long, hide = true)]

@@ -55,9 +55,15 @@ fn bench_state(features_wait_us: i64) -> JoinState {
 pub(crate) fn join_probe(args: &Args) -> anyhow::Result<()> {
     let mut input: Vec<(bool, Vec<u8>)> = Vec::new();
     for i in 0..args.requests {
-        input.push((true, feature_log(args, i).encode_to_vec()));
-        for k in 0..args.impressions {
-            input.push((false, impression(args, i, k).1.into_bytes()));
+        let log = (true, feature_log(args, i).encode_to_vec());
+        let impressions =
+            (0..args.impressions).map(|k| (false, impression(args, i, k).1.into_bytes()));
+        if args.impressions_first {
+            input.extend(impressions);
+            input.push(log);
+        } else {
+            input.push(log);
+            input.extend(impressions);
         }
     }
     let wait_us = humantime::parse_duration(&args.features_wait)?.as_micros() as i64;
