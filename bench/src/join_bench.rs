@@ -62,6 +62,10 @@ struct Args {
     /// Logged FP32 features per candidate.
     #[arg(long, default_value_t = 10)]
     features: usize,
+    /// Give each feature continuous values (nearly every one distinct, as a score or an
+    /// embedding has) instead of 97 values repeating in a pattern.
+    #[arg(long)]
+    continuous_features: bool,
     /// Impressions per request.
     #[arg(long, default_value_t = 5)]
     impressions: usize,
@@ -469,9 +473,14 @@ async fn main() -> anyhow::Result<()> {
     );
     print_course(&course, impressions, &out_dir);
     if args.joiner_only {
+        // The dataset's data files, without the joiner's own state and checkpoints.
+        let parquet_bytes = featurelog_bench::file_bytes(&out_dir, &|path| {
+            path.extension().is_some_and(|e| e == "parquet")
+                && !path.components().any(|c| c.as_os_str() == "_featurelog")
+        });
         // One line for bench/flink.sh to read.
         println!(
-            "joiner-figures cpu_s={join_cpu:.3} router_cpu_s={router_cpu:.3} join_thread_cpu_s={join_thread_cpu:.3} librdkafka_cpu_s={librdkafka_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1} rows={impressions} commits={} hours_compacted={compacted} compaction_cpu_seconds={compact_cpu:.3}",
+            "joiner-figures cpu_s={join_cpu:.3} router_cpu_s={router_cpu:.3} join_thread_cpu_s={join_thread_cpu:.3} librdkafka_cpu_s={librdkafka_cpu:.3} peak_rss_bytes={join_peak} rss_end_bytes={join_rss} buffered_requests={} wall_s={join_wall:.1} rows={impressions} commits={} hours_compacted={compacted} compaction_cpu_seconds={compact_cpu:.3} parquet_bytes={parquet_bytes}",
             metric(&end_metrics, "featurelog_join_buffered_requests"),
             metric(&end_metrics, "featurelog_join_commits"),
         );

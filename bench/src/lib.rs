@@ -110,3 +110,21 @@ pub fn librdkafka_and_other_cpu(pid: Option<u32>) -> (f64, f64) {
             }
         })
 }
+
+/// The bytes of the files under `dir` whose path `keep` accepts, in every subdirectory.
+pub fn file_bytes(dir: &std::path::Path, keep: &dyn Fn(&std::path::Path) -> bool) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| {
+            let path = entry.path();
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => file_bytes(&path, keep),
+                Ok(meta) if keep(&path) => meta.len(),
+                _ => 0,
+            }
+        })
+        .sum()
+}

@@ -41,15 +41,22 @@ pub(crate) fn feature_log(args: &Args, i: usize) -> FeatureLog {
                 datatype: DataType::Fp32 as i32,
                 row_shape: vec![],
                 values: Some(Values {
-                    fp32_values: (0..n)
-                        .map(|j| ((i + j * 7 + f) % 97) as f32 * 0.5)
-                        .collect(),
+                    fp32_values: (0..n).map(|j| fp32_value(args, i, j, f)).collect(),
                     ..Default::default()
                 }),
                 per_request: false,
             })
             .collect(),
         ..Default::default()
+    }
+}
+
+/// Feature `f` of candidate `j` of request `i`.
+fn fp32_value(args: &Args, i: usize, j: usize, f: usize) -> f32 {
+    if args.continuous_features {
+        ((i * 131 + j * 7919 + f * 31) as f32 * 0.001).sin()
+    } else {
+        ((i + j * 7 + f) % 97) as f32 * 0.5
     }
 }
 

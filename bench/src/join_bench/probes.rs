@@ -110,8 +110,9 @@ pub(crate) fn join_probe(args: &Args) -> anyhow::Result<()> {
         let total = cpu_seconds() - cpu0;
         let faults = featurelog_bench::process_minor_faults(None) - faults0;
         println!(
-            "join probe round {round}: {written} rows, {total:.2} CPU s (by wall clock: decode + join {ingest:.2} s, Parquet {stage:.2} s), {faults} page faults, {} requests left in the state",
-            state.requests()
+            "join probe round {round}: {written} rows, {total:.2} CPU s (by wall clock: decode + join {ingest:.2} s, Parquet {stage:.2} s), {faults} page faults, {} requests left in the state, {} Parquet bytes",
+            state.requests(),
+            featurelog_bench::file_bytes(dir.path(), &|_| true),
         );
     }
     Ok(())

@@ -30,6 +30,16 @@ pub struct Staged {
     pub staging: String,
 }
 
+/// The most a column chunk's dictionary holds before the chunk's later pages fall back to
+/// plain values. A continuous feature (a score, an embedding) has nearly as many distinct
+/// values as rows: parquet-rs's default of 1 MiB (262,144 FP32 values) never falls back within
+/// a row group of 65,536 rows, so every value was hashed into a dictionary as large as the
+/// data. In memory, 500,000 rows of 10 continuous FP32 features wrote 29.4 MB in 0.83-1.10 s
+/// of Parquet encoding with it, 19.9 MB in 0.45-0.60 s with 16 KiB, and 19.1 MB without any
+/// dictionary. 16 KiB still holds 4,096 distinct FP32 values (2,048 INT64 ones): the codes of
+/// a categorical feature keep their dictionary.
+const DICTIONARY_PAGE_BYTES: usize = 16 * 1024;
+
 impl Dataset {
     /// Writes `rows` as staged files of `task`'s `epoch`, one per hour of impression time
     /// (negatives, which have none, by served-at), split past `max_file_rows`. Rows of a
@@ -154,11 +164,12 @@ impl Dataset {
     pub(super) fn writer_properties(&self) -> Result<WriterProperties, ParquetError> {
         let level = ZstdLevel::try_new(self.options.zstd_level)?;
         // Ids are nearly unique per row: a dictionary of them saves nothing that zstd does not,
-        // and costs a hash per id. Feature columns keep theirs (categorical values coded as
-        // numbers shrink to a few bits each).
+        // and costs a hash per id. Other columns keep theirs (categorical values coded as
+        // numbers shrink to a few bits each) while it stays under DICTIONARY_PAGE_BYTES.
         Ok(WriterProperties::builder()
             .set_column_dictionary_enabled(ColumnPath::from("request_id"), false)
             .set_column_dictionary_enabled(ColumnPath::from("item_id"), false)
+            .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
             .set_compression(Compression::ZSTD(level))
             .set_max_row_group_row_count(Some(self.options.row_group_rows.max(1)))
             .build())

@@ -208,6 +208,92 @@ fn written_files_are_zstd_in_bounded_row_groups_and_hold_each_feature_s_real_typ
 }
 
 #[test]
+fn a_continuous_feature_s_pages_fall_back_to_plain_values_and_a_categorical_one_keeps_its_dictionary()
+ {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Float32Type;
+    use parquet::basic::Encoding;
+    use parquet::column::page::Page;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let dir = tempfile::tempdir().unwrap();
+    let ds = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    // One row group of 20,000 rows: as many distinct scores (80 KB of them), and 8 categories.
+    let n = 20_000;
+    let scores: Vec<f32> = (0..n).map(|i| (i as f32 * 0.001).sin()).collect();
+    let fp32 = |name: &str, values: Vec<f32>| {
+        feature(
+            name,
+            DataType::Fp32,
+            vec![],
+            Values {
+                fp32_values: values,
+                ..Default::default()
+            },
+        )
+    };
+    let features = vec![
+        fp32("score", scores.clone()),
+        fp32("category", (0..n).map(|i| (i % 8) as f32).collect()),
+    ];
+    let mut rows = rows_with("r1", 5, n, features);
+    for row in &mut rows {
+        // A microsecond apart, rather than a second: all in one hour, one file.
+        row.impression_time_us = Some(5 * HOUR_US + row.row as i64);
+    }
+    let files = write_epoch(&ds, "t-0", 1, &rows);
+    assert_eq!(files.len(), 1);
+    let path = dir.path().join(&files[0]);
+    let reader = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+    let group = reader.get_row_group(0).unwrap();
+    let columns = group.metadata().columns().to_vec();
+    // The encodings of a column's data pages, and whether it has a dictionary page.
+    let pages = |name: &str| {
+        let i = columns
+            .iter()
+            .position(|c| c.column_path().string() == name)
+            .unwrap();
+        let mut dictionary = false;
+        let mut encodings = std::collections::BTreeSet::new();
+        for page in group.get_column_page_reader(i).unwrap() {
+            match page.unwrap() {
+                Page::DictionaryPage { .. } => dictionary = true,
+                Page::DataPage { encoding, .. } | Page::DataPageV2 { encoding, .. } => {
+                    encodings.insert(format!("{encoding:?}"));
+                }
+            }
+        }
+        (dictionary, encodings)
+    };
+    let dictionary_only =
+        std::collections::BTreeSet::from([format!("{:?}", Encoding::RLE_DICTIONARY)]);
+    let (_, score) = pages("score");
+    assert!(
+        score.contains(&format!("{:?}", Encoding::PLAIN)),
+        "past its dictionary's bound, the scores are written as they are: {score:?}"
+    );
+    assert_eq!(
+        pages("category"),
+        (true, dictionary_only),
+        "every page of the categories is codes into their dictionary"
+    );
+    // A reader gets every score back, whichever way each page holds them.
+    let batches: Vec<_> = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let read: Vec<f32> = batches
+        .iter()
+        .flat_map(|b| {
+            let c = b.column_by_name("score").unwrap();
+            c.as_primitive::<Float32Type>().values().to_vec()
+        })
+        .collect();
+    assert_eq!(read, scores);
+}
+
+#[test]
 fn a_feature_added_to_the_allow_list_is_a_new_column_that_older_files_read_as_null() {
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
