@@ -33,11 +33,12 @@ pub struct Staged {
 /// The most a column chunk's dictionary holds before the chunk's later pages fall back to
 /// plain values. A continuous feature (a score, an embedding) has nearly as many distinct
 /// values as rows: parquet-rs's default of 1 MiB (262,144 FP32 values) never falls back within
-/// a row group of 65,536 rows, so every value was hashed into a dictionary as large as the
-/// data. In memory, 500,000 rows of 10 continuous FP32 features wrote 29.4 MB in 0.83-1.10 s
-/// of Parquet encoding with it, 19.9 MB in 0.45-0.60 s with 16 KiB, and 19.1 MB without any
-/// dictionary. 16 KiB still holds 4,096 distinct FP32 values (2,048 INT64 ones): the codes of
-/// a categorical feature keep their dictionary.
+/// a row group of 65,536 rows, so every value would be hashed into a dictionary as large as
+/// the data. In memory, 500,000 rows of 10 continuous FP32 features took a median 0.84 s of
+/// Parquet encoding for 29.4 MB with it, 0.60 s for 19.9 MB with 16 KiB (BENCHMARKS.md,
+/// "Continuous features"), and 19.1 MB without any dictionary. 16 KiB still holds 4,096
+/// distinct FP32 values (2,048 INT64 ones): the codes of a categorical feature keep their
+/// dictionary.
 const DICTIONARY_PAGE_BYTES: usize = 16 * 1024;
 
 impl Dataset {

@@ -208,8 +208,7 @@ fn written_files_are_zstd_in_bounded_row_groups_and_hold_each_feature_s_real_typ
 }
 
 #[test]
-fn a_continuous_feature_s_pages_fall_back_to_plain_values_and_a_categorical_one_keeps_its_dictionary()
- {
+fn a_continuous_feature_falls_back_to_plain_pages_a_categorical_one_keeps_its_dictionary() {
     use arrow_array::cast::AsArray;
     use arrow_array::types::Float32Type;
     use parquet::basic::Encoding;
