@@ -195,6 +195,36 @@ fn pyarrow_reads_exactly_the_joined_rows_with_their_types() {
     );
 }
 
+/// A continuous feature outgrows the dictionary a column chunk may hold (4,096 FP32 values),
+/// so the chunk's first pages are dictionary codes and its later ones plain values: pyarrow
+/// reads every value back, bit for bit.
+#[test]
+fn pyarrow_reads_every_value_of_a_column_past_its_dictionary_bound() {
+    let n = 6_000;
+    let items: Vec<String> = (0..n).map(|i| format!("i{i:05}")).collect();
+    let items: Vec<&str> = items.iter().map(String::as_str).collect();
+    let prices: Vec<f32> = (0..n).map(|i| (i as f32 * 0.001).sin()).collect();
+    let mut log = log("r1", T0, &items, "en-US");
+    log.features[1].values = Some(Values {
+        fp32_values: prices.clone(),
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = Dataset::open(dir.path(), SinkOptions::default()).unwrap();
+    commit(&dataset, "feature-log-0", 1, &impressed(log, &items));
+
+    let read = read_with_pyarrow(dir.path());
+    // The rows come sorted by item id, which is the candidates' order.
+    let got: Vec<u32> = read["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["item_price"].as_f64().unwrap() as f32).to_bits())
+        .collect();
+    let want: Vec<u32> = prices.iter().map(|p| p.to_bits()).collect();
+    assert_eq!(got, want);
+}
+
 /// Two models log `item_price` with different types (or one model changes its type), into one
 /// dataset, from two joiner processes: each file keeps the type the dataset first gave the
 /// name, the other type gets a column of its own, and a reader that unifies the files' schemas
