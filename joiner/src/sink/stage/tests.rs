@@ -257,17 +257,16 @@ fn a_continuous_feature_falls_back_to_plain_pages_a_categorical_one_keeps_its_di
             match page.unwrap() {
                 Page::DictionaryPage { .. } => dictionary = true,
                 Page::DataPage { encoding, .. } | Page::DataPageV2 { encoding, .. } => {
-                    encodings.insert(format!("{encoding:?}"));
+                    encodings.insert(encoding);
                 }
             }
         }
         (dictionary, encodings)
     };
-    let dictionary_only =
-        std::collections::BTreeSet::from([format!("{:?}", Encoding::RLE_DICTIONARY)]);
+    let dictionary_only = std::collections::BTreeSet::from([Encoding::RLE_DICTIONARY]);
     let (_, score) = pages("score");
     assert!(
-        score.contains(&format!("{:?}", Encoding::PLAIN)),
+        score.contains(&Encoding::PLAIN),
         "past its dictionary's bound, the scores are written as they are: {score:?}"
     );
     assert_eq!(
