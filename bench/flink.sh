@@ -14,6 +14,9 @@
 #
 # Needs a broker in $FEATURELOG_KAFKA (scripts/kafka.sh start), Java 17, Maven, python3 with
 # pyarrow. Every topic named bench-* on that broker is deleted after each round.
+# --events-partitioning by-request-id: the events are keyed by request id into as many partitions
+# as the feature logs, and the joiner reads them without its router (input.events-partitioning);
+# Flink's job is the same. Default `any`: events keyed by item id, routed by the joiner.
 # FLINK_JAVA_OPTS: options for Flink's JVM (e.g. -Xmx1g); by default the JVM sizes its heap
 # itself (at most a quarter of the machine's memory).
 set -euo pipefail
@@ -23,17 +26,19 @@ requests=20000
 rounds=3
 # Flink's watermark alignment, as the joiner's join.max-read-ahead (30 s); 0: none.
 max_drift_ms=30000
+partitioning=any
 while [ $# -gt 0 ]; do
   case $1 in
     --requests) requests=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --flink-max-drift-ms) max_drift_ms=$2; shift 2 ;;
-    *) echo "usage: bench/flink.sh [--requests N] [--rounds N] [--flink-max-drift-ms MS]" >&2; exit 2 ;;
+    --events-partitioning) partitioning=$2; shift 2 ;;
+    *) echo "usage: bench/flink.sh [--requests N] [--rounds N] [--flink-max-drift-ms MS] [--events-partitioning any|by-request-id]" >&2; exit 2 ;;
   esac
 done
 : "${FEATURELOG_KAFKA:?set FEATURELOG_KAFKA (scripts/kafka.sh start gives a broker)}"
 features_wait_s=10
-data=(--requests "$requests" --event-rate 200 --features-wait "${features_wait_s}s")
+data=(--requests "$requests" --event-rate 200 --features-wait "${features_wait_s}s" --events-partitioning "$partitioning")
 
 # The repository's schema, with the options Flink's protobuf format wants of a Java class.
 mkdir -p bench/flink/target/proto/featurelog/v1
@@ -102,7 +107,7 @@ for round in $(seq 1 "$rounds"); do
   "$bench" --delete-topics bench- > /dev/null
 done
 
-python3 - "$results" <<'PY'
+python3 - "$results" "$partitioning" <<'PY'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 def col(i, f=float): return [f(r[i]) for r in rows]
@@ -113,7 +118,7 @@ j_cpu, f_cpu, j5_cpu = col(4), col(5), col(12)
 j_peak, f_peak = [b / 2**20 for b in col(6)], [b / 2**20 for b in col(7)]
 j5_peak = [b / 2**20 for b in col(13)]
 buffered = col(8)
-print(f"\n{len(rows)} rounds, input records {rows[0][1]}; median (range)")
+print(f"\n{len(rows)} rounds, input records {rows[0][1]}, events partitioning {sys.argv[2]}; median (range)")
 print("| figure | joiner | Flink |")
 print("| --- | --- | --- |")
 print(f"| rows written | {fig(col(2), '{:,.0f}')} | {fig(col(3), '{:,.0f}')} |")
