@@ -54,6 +54,11 @@ pub(super) fn fatal(
 /// How long the rebalance callback may spend aborting the router's transaction.
 pub(super) const REVOKE_ABORT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What a consumer of the app's events topic (the router, or the join consumer when events are
+/// co-partitioned) fetches of a partition at a time. At librdkafka's 1 MiB, one fetch of
+/// compressed events spans minutes of event time; each reader says why that costs it.
+pub(super) const EVENTS_FETCH: (&str, &str) = ("max.partition.fetch.bytes", "65536");
+
 /// How often the consumers' statistics (and so the watermarks in [`JoinContext`]) refresh.
 pub(super) const STATISTICS_INTERVAL_MS: &str = "1000";
 

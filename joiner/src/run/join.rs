@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::BaseProducer;
 
-use super::consumer::{JoinContext, group_consumer};
+use super::consumer::{EVENTS_FETCH, JoinContext, group_consumer};
 use super::error::{JoinError, client};
 use super::flush::flush;
 use super::inputs::Inputs;
@@ -93,14 +93,13 @@ impl Join {
             ("fetch.queue.backoff.ms", "100"),
         ];
         if direct {
-            // The app's events topic, read here without the router: at librdkafka's 1 MiB a
-            // partition, one fetch of compressed events spans minutes of event time, far past
-            // max-read-ahead, and the pause that follows drops what librdkafka prefetched for
-            // the partition, to be fetched and decompressed again at resume. 64 KiB, as the
-            // router fetches the same topic, cut the join's CPU by 12-18% (librdkafka's by
-            // 34-40%) and its peak memory by 22-33% on a 1.8M-record backlog (BENCHMARKS).
-            // Routed, R's records already span little event time, and 64 KiB cost CPU.
-            settings.push(("max.partition.fetch.bytes", "65536"));
+            // The app's events topic, read here without the router: a fetch of it at 1 MiB
+            // runs far past max-read-ahead, and the pause that follows drops what librdkafka
+            // prefetched for the partition, to be fetched and decompressed again at resume.
+            // The router's fetch size cut the join's CPU by 12-18% (librdkafka's by 34-40%)
+            // and its peak memory by 22-33% on a 1.8M-record backlog (BENCHMARKS). Routed,
+            // R's records already span little event time, and 64 KiB cost CPU.
+            settings.push(EVENTS_FETCH);
         }
         let consumer = group_consumer(
             &config,

@@ -15,7 +15,7 @@ use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
-use super::consumer::{JoinContext, fatal, group_consumer};
+use super::consumer::{EVENTS_FETCH, JoinContext, fatal, group_consumer};
 use super::error::{JoinError, client};
 use super::repartition::{
     Batches, PROGRESS_HEADER, RouterProgress, murmur2_partition, send_waiting, source_id,
@@ -117,7 +117,7 @@ impl Router {
             // left the router idle on a backlog: 100 ms.
             &[
                 ("topic.metadata.refresh.interval.ms", "30000"),
-                ("max.partition.fetch.bytes", "65536"),
+                EVENTS_FETCH,
                 ("fetch.queue.backoff.ms", "100"),
             ],
             (
