@@ -6,14 +6,12 @@
 //! router still has to move the events while the feature logs are there to read; a router
 //! that was down), everything read ahead waits in memory: the state grows with the backlog,
 //! not with the traffic, and its churn costs CPU per record. Kafka is the better buffer. So a
-//! partition that runs more than `max-read-ahead` ahead of the other input is paused, and
-//! resumed once the other input is within half of that (the gap keeps a partition from being
-//! paused and resumed on every record), and only while that other input has records left to
-//! read, so that it catches up by reading them. The inputs never both pause. The rows do not
-//! change: the join runs on event time, whatever the order in which records are read.
-
-use rdkafka::TopicPartitionList;
-use rdkafka::consumer::{Consumer, ConsumerContext};
+//! partition that runs more than `max-read-ahead` ahead of the other input is paused (the
+//! join loop leaves its queue unread; librdkafka stops fetching it once the queue is full),
+//! and resumed once the other input is within half of that (the gap keeps a partition from
+//! being paused and resumed on every record), and only while that other input has records
+//! left to read, so that it catches up by reading them. The inputs never both pause. The rows
+//! do not change: the join runs on event time, whatever the order in which records are read.
 
 use crate::state::InputTimes;
 
@@ -26,12 +24,12 @@ pub enum Input {
     Events = 1,
 }
 
-/// What to tell the consumer about one of a task's partitions.
+/// A change to whether one of a task's inputs is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    /// Stop fetching it.
+    /// Stop reading it.
     Pause(Input),
-    /// Fetch it again.
+    /// Read it again.
     Resume(Input),
 }
 
@@ -45,12 +43,10 @@ pub struct Every {
     pub us: i64,
 }
 
-/// Whether a task's partitions are paused, as last told to the consumer.
+/// Whether a task's inputs are paused.
 #[derive(Debug, Clone, Default)]
 pub struct Alignment {
-    /// `None` until the first decision: a task that replaces another of the same partition
-    /// (after a fence) does not know what the consumer was last told, so its first decision is
-    /// said whatever it is.
+    /// `None` until the first decision, which is reported as a change whatever it is.
     paused: [Option<bool>; 2],
     /// When each input last asked whether the other has records left (see
     /// [`Alignment::decide_at`]): a paused input, whether to go on; a running one, the last
@@ -77,8 +73,8 @@ impl Alignment {
     /// `every.us`. The question is the consumer's position against the partition's end, a
     /// call into librdkafka that costs more than the join of a record; and its answer flips
     /// each time the other input reaches its end between two of the router's transactions.
-    /// A pause and resume on every flip would make librdkafka drop the paused partition's
-    /// prefetched records and fetch them again each time. So an input past the bound pauses
+    /// A pause and resume on every flip would hold an input back and release it record by
+    /// record. So an input past the bound pauses
     /// as soon as the other has records left; paused, it asks again only after `every.us`;
     /// running because the other was read to its end, likewise.
     pub fn decide_at(
@@ -164,45 +160,6 @@ impl Alignment {
     /// Whether the input is paused.
     pub fn is_paused(&self, input: Input) -> bool {
         self.paused[input as usize] == Some(true)
-    }
-}
-
-/// Tells `consumer` (any of rdkafka's consumers) the changes for a task's partitions
-/// `partition` of `topics` (feature logs, events). A change the consumer refuses (the
-/// partition was revoked meanwhile) is logged: the next owner starts unpaused.
-pub fn apply<C: ConsumerContext + 'static>(
-    consumer: &impl Consumer<C>,
-    topics: [&str; 2],
-    partition: i32,
-    changes: &[Change],
-) {
-    for change in changes {
-        let (input, pause) = match *change {
-            Change::Pause(input) => (input, true),
-            Change::Resume(input) => (input, false),
-        };
-        let mut list = TopicPartitionList::new();
-        list.add_partition(topics[input as usize], partition);
-        let done = if pause {
-            consumer.pause(&list)
-        } else {
-            consumer.resume(&list)
-        };
-        match done {
-            Ok(()) if pause => tracing::debug!(
-                topic = topics[input as usize],
-                partition,
-                "paused: read ahead of the task's other input"
-            ),
-            Ok(()) => tracing::debug!(
-                topic = topics[input as usize],
-                partition,
-                "resumed: within reach of the task's other input"
-            ),
-            Err(err) => {
-                tracing::warn!(%err, topic = topics[input as usize], partition, pause, "pausing or resuming a partition")
-            }
-        }
     }
 }
 

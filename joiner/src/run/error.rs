@@ -115,6 +115,16 @@ pub enum JoinError {
         /// The configured one.
         configured: &'static str,
     },
+    /// librdkafka gave no queue of its own for a partition the join stage reads.
+    #[error(
+        "librdkafka gave the join consumer no queue of its own for partition {partition} of topic {topic:?}; a topic name must not hold a NUL byte"
+    )]
+    PartitionQueue {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
     /// A consumer hit an error librdkafka cannot recover from.
     #[error(
         "{what}: fatal Kafka error: {reason}. If it says the instance id was fenced, another live process of this group runs with the same `instance`: give each process its own"

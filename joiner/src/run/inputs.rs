@@ -30,10 +30,3 @@ impl<T> Inputs<T> {
         }
     }
 }
-
-impl Inputs<String> {
-    /// The topics in the order of [`Input`], as [`crate::align::apply`] takes them.
-    pub(super) fn as_strs(&self) -> [&str; 2] {
-        [&self.features, &self.events]
-    }
-}

@@ -14,6 +14,7 @@ use super::consumer::{EVENTS_FETCH, JoinContext, group_consumer};
 use super::error::{JoinError, client};
 use super::flush::flush;
 use super::inputs::Inputs;
+use super::queues::{Queues, Wake, queue_kbytes, waker};
 use super::reading::Positions;
 use super::recover::{follow_fence, recover};
 use super::task::Task;
@@ -26,7 +27,9 @@ pub(super) struct Join {
     pub(super) config: Arc<JoinerConfig>,
     pub(super) dataset: Dataset,
     pub(super) metrics: Arc<JoinMetrics>,
-    pub(super) consumer: BaseConsumer<JoinContext>,
+    pub(super) consumer: Arc<BaseConsumer<JoinContext>>,
+    /// The consumer's queue of each partition of each input, which the loop reads.
+    pub(super) queues: Queues,
     pub(super) dead_letters: BaseProducer,
     /// The topics the tasks read: the feature-log topic, and the router's repartition topic or
     /// the events topic itself when it is co-partitioned with the feature logs.
@@ -81,27 +84,28 @@ impl Join {
         let direct = partitioning == EventsPartitioning::ByRequestId;
         let events_input = config.join_events_topic();
         // Same-numbered partitions of the two topics go to the same member.
-        // A partition resumed after read-ahead alignment paused it (crate::align) waits for
-        // the fetch in flight to its broker, which the broker holds up to fetch.wait.max.ms
-        // when the other partition has nothing new: at librdkafka's 500 ms, catching up on
-        // a backlog took a pause per half second. librdkafka's 1 s `fetch.queue.backoff.ms`
-        // likewise left a task idle for a second once it had drained its queue on a
-        // backlog. Raw settings in [kafka.properties] still win.
+        // A fetch to a broker waits up to fetch.wait.max.ms when a partition in it has
+        // nothing new: at librdkafka's 500 ms, a task whose other input is held back for
+        // alignment (crate::align) would wait that long for its next records on a backlog.
+        // librdkafka's 1 s `fetch.queue.backoff.ms` would likewise leave a task idle for a
+        // second once it has drained a queue on a backlog. Each partition's records have a queue of their
+        // own (`queues`), so the prefetch bound is shared out between them. Raw settings in
+        // [kafka.properties] still win.
+        let queue_kbytes = queue_kbytes(partitions);
         let mut settings = vec![
             ("partition.assignment.strategy", "range"),
             ("fetch.wait.max.ms", "100"),
             ("fetch.queue.backoff.ms", "100"),
+            ("queued.max.messages.kbytes", queue_kbytes.as_str()),
         ];
         if direct {
-            // The app's events topic, read here without the router: a fetch of it at 1 MiB
-            // runs far past max-read-ahead, and the pause that follows drops what librdkafka
-            // prefetched for the partition, to be fetched and decompressed again at resume.
-            // The router's fetch size cut the join's CPU by 12-18% (librdkafka's by 34-40%)
-            // and its peak memory by 22-33% on a 1.8M-record backlog (BENCHMARKS). Routed,
-            // R's records already span little event time, and 64 KiB cost CPU.
+            // The app's events topic, read here without the router, at the router's fetch
+            // size: at 1 MiB one fetch of compressed events spans minutes of event time, all
+            // of it decompressed into the queue of a partition that alignment holds back.
+            // Routed, R's records already span little event time, and 64 KiB cost CPU.
             settings.push(EVENTS_FETCH);
         }
-        let consumer = group_consumer(
+        let mut consumer = group_consumer(
             &config,
             &config.group,
             &[&features_topic, &events_input],
@@ -111,12 +115,20 @@ impl Join {
                 "subscribing to the join inputs",
             ),
         )?;
+        let topics = Inputs {
+            features: features_topic,
+            events: events_input,
+        };
+        let wake = Arc::new(Wake::default());
+        consumer.set_nonempty_callback(waker(&wake));
+        let consumer = Arc::new(consumer);
+        let queues = Queues::split(&consumer, &topics, partitions, wake)?;
         let dead_letters: BaseProducer = kafka
             .client_config(&[("enable.idempotence", "true")])
             .create()
             .map_err(client("creating the dead-letter producer"))?;
         let all_tasks: Vec<String> = (0..partitions)
-            .map(|p| format!("{features_topic}-{p}"))
+            .map(|p| format!("{}-{p}", topics.features))
             .collect();
         // An hour is complete once every task's watermark is past its end plus the longest
         // time a row of it can still be emitted (docs/JOINER.md, "Completeness").
@@ -133,11 +145,9 @@ impl Join {
             dataset,
             metrics,
             consumer,
+            queues,
             dead_letters,
-            topics: Inputs {
-                features: features_topic,
-                events: events_input,
-            },
+            topics,
             partitions,
             partitioning,
             direct,
@@ -205,8 +215,8 @@ impl Join {
         Ok(())
     }
 
-    /// Pauses or resumes the partitions of task `p` to keep its inputs within
-    /// `join.max-read-ahead` of each other (see [`crate::align`]).
+    /// Decides whether the loop holds back an input of task `p` (leaves its queue unread), to
+    /// keep its inputs within `join.max-read-ahead` of each other (see [`crate::align`]).
     /// Whether an input has records left is asked at most every [`UNREAD_EVERY`] (see
     /// [`crate::align::Alignment::decide_at`]).
     pub(super) fn align(&self, p: i32, task: &mut Task, positions: &Positions<'_>) {
@@ -215,14 +225,13 @@ impl Join {
             now_us: i64::try_from(self.started.elapsed().as_micros()).unwrap_or(i64::MAX),
             us: i64::try_from(UNREAD_EVERY.as_micros()).unwrap_or(i64::MAX),
         };
-        let changes = task.alignment.decide_at(
+        task.alignment.decide_at(
             &task.state.input_times(),
             self.max_ahead_us,
             self.features_wait_us,
             every,
             |input| positions.unread(&self.topics, p, next, input),
         );
-        crate::align::apply(&self.consumer, self.topics.as_strs(), p, &changes);
     }
 
     /// Sends `message` to the dead-letter topic.

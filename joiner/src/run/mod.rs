@@ -11,7 +11,8 @@
 //!   records it writes to the repartition topic.
 //! - `event_loop` over `join`: the join stage, its `tick` and its steps for each `record`; a
 //!   `task` per partition, its recovery (`recover`) and its commit (`flush`).
-//! - `consumer`, `reading`, `partitions`, `inputs`: what the stages share of Kafka.
+//! - `consumer`, `reading`, `partitions`, `inputs`: what the stages share of Kafka; `queues`:
+//!   the join consumer's queue of each partition, which the join loop reads.
 
 mod consumer;
 mod error;
@@ -20,6 +21,7 @@ mod flush;
 mod inputs;
 mod join;
 mod partitions;
+mod queues;
 mod reading;
 mod record;
 mod recover;

@@ -277,11 +277,4 @@ fn a_task_s_inputs_are_named_in_the_order_alignment_numbers_them() {
         (*next.get(Input::Features), *next.get(Input::Events)),
         (1, 3)
     );
-    let topics = Inputs {
-        features: "features".to_string(),
-        events: "repartition".to_string(),
-    };
-    let strs = topics.as_strs();
-    assert_eq!(strs[Input::Features as usize], "features");
-    assert_eq!(strs[Input::Events as usize], "repartition");
 }
