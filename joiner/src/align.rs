@@ -33,6 +33,13 @@ pub enum Change {
     Resume(Input),
 }
 
+/// How far the events may be read ahead of the feature logs, in microseconds of event time,
+/// whatever `max-read-ahead` allows (while feature logs are left to read). An impression read
+/// before its request's feature log waits in the pending table and is matched when the log
+/// comes, which costs more than joining it as it is read; and holding an input back costs
+/// nothing, as the join loop only leaves its queue unread.
+const EVENTS_AHEAD_US: i64 = 0;
+
 /// How often [`Alignment::decide_at`] may ask whether an input has records left: `now_us`
 /// on a monotonic clock, at most once every `us`.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +114,8 @@ impl Alignment {
                 times.features.or(times.events_first_read),
             )
         };
-        let events = self.next(Input::Events, events_lead, max_ahead_us, every, || {
+        let events_ahead_us = EVENTS_AHEAD_US.min(max_ahead_us);
+        let events = self.next(Input::Events, events_lead, events_ahead_us, every, || {
             has_unread(Input::Features)
         });
         let mut changes = Vec::new();
@@ -381,7 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn events_read_before_any_feature_log_stop_at_the_bound_past_the_first() {
+    fn events_read_before_any_feature_log_wait_past_the_first() {
         let mut a = Alignment::default();
         let before = |read: i64| InputTimes {
             features: None,
@@ -391,26 +399,61 @@ mod tests {
             oldest_held: None,
         };
         a.decide(&before(100), 30 * S, 600 * S, |_| true);
-        assert!(!a.is_paused(Input::Events));
-        a.decide(&before(120), 30 * S, 600 * S, |_| true);
-        assert!(!a.is_paused(Input::Events), "within the bound");
-        // 31 s of events past the first while feature logs are left to read: they wait.
+        assert!(!a.is_paused(Input::Events), "the first is read");
+        // Past the first while feature logs are left to read: they wait, whatever the bound.
         assert_eq!(
-            a.decide(&before(131), 30 * S, 600 * S, |_| true),
+            a.decide(&before(101), 30 * S, 600 * S, |_| true),
             vec![Change::Pause(Input::Events)]
         );
         // A feature-log partition read to its end (none came) holds nothing back.
         let mut b = Alignment::default();
         b.decide(&before(131), 30 * S, 600 * S, |i| i == Input::Events);
         assert!(!b.is_paused(Input::Events));
-        // The first feature log, 10 s behind the events read, within half the bound: they
-        // resume.
-        let first_log = InputTimes {
-            features: Some(121 * S),
+        // The first feature log, 10 s behind the events read: they still wait.
+        let first_log = |features: i64| InputTimes {
+            features: Some(features * S),
             ..before(131)
         };
+        assert!(
+            a.decide(&first_log(121), 30 * S, 600 * S, |_| true)
+                .is_empty()
+        );
+        // Feature logs read up to the events: they resume.
         assert_eq!(
-            a.decide(&first_log, 30 * S, 600 * S, |_| true),
+            a.decide(&first_log(131), 30 * S, 600 * S, |_| true),
+            vec![Change::Resume(Input::Events)]
+        );
+    }
+
+    #[test]
+    fn events_wait_for_the_feature_logs_of_their_time_whatever_the_bound() {
+        let mut a = Alignment::default();
+        a.decide(
+            &times(Some(100 * S), Some(100 * S), None),
+            30 * S,
+            600 * S,
+            |_| true,
+        );
+        // An impression a second past the newest feature log read, while more are left: its
+        // log is likely among them, so the events wait for them.
+        assert_eq!(
+            a.decide(
+                &times(Some(100 * S), Some(101 * S), None),
+                30 * S,
+                600 * S,
+                |_| true
+            ),
+            vec![Change::Pause(Input::Events)]
+        );
+        // No feature logs left to read (asked again once the period has passed): they go on.
+        assert_eq!(
+            a.decide_at(
+                &times(Some(100 * S), Some(101 * S), None),
+                30 * S,
+                600 * S,
+                Every { now_us: 0, us: 0 },
+                |i| i == Input::Events
+            ),
             vec![Change::Resume(Input::Events)]
         );
     }

@@ -56,8 +56,8 @@ pub struct JoinMetrics {
     pub state_bytes: Gauge,
     /// Requests whose features are held.
     pub buffered_requests: Gauge,
-    /// Input partitions paused because they are more than `join.max-read-ahead` ahead of
-    /// their task's other input.
+    /// Input partitions whose reading is paused because they are ahead of their task's other
+    /// input in event time (see `crate::align`).
     pub paused_partitions: Gauge,
     /// The lowest task watermark, in seconds since the epoch.
     pub watermark_seconds: Gauge<i64, AtomicI64>,
@@ -151,7 +151,7 @@ impl JoinMetrics {
         );
         register!(
             "paused_partitions",
-            "Input partitions paused: more than join.max-read-ahead ahead of their task's other input",
+            "Input partitions whose reading is paused: ahead of their task's other input in event time (join.max-read-ahead)",
             m.paused_partitions.clone(),
         );
         register!(

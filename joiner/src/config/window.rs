@@ -26,11 +26,13 @@ pub struct WindowConfig {
     /// the state until the watermark reaches it, years later.
     #[serde(default = "default_max_event_time_ahead", with = "humantime_serde")]
     pub max_event_time_ahead: Duration,
-    /// How far (event time) a task reads one of its inputs ahead of the other: a partition
-    /// further ahead is paused until the other input is within half of this, so that a
+    /// How far (event time) a task reads its feature logs ahead of its events' progress: a
+    /// partition further ahead is paused until the events are within half of this, so that a
     /// backlog waits in Kafka rather than in the join state (a joiner catching up, a router
-    /// that was down). The state then holds about `features-wait + max-read-ahead` of traffic
-    /// however long the backlog; the rows are the same.
+    /// that was down). The events themselves are not read ahead of the feature logs while
+    /// feature logs are left to read. The state then holds about
+    /// `features-wait + max-read-ahead` of traffic however long the backlog; the rows are the
+    /// same.
     #[serde(default = "default_max_read_ahead", with = "humantime_serde")]
     pub max_read_ahead: Duration,
     /// When an input partition has been read to its end and nothing new came for this long, its
