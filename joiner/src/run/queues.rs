@@ -92,8 +92,7 @@ impl Queues {
                     partition: p,
                 }
             })?;
-            let wake = wake.clone();
-            queue.set_nonempty_callback(move || wake.notify());
+            queue.set_nonempty_callback(waker(&wake));
             Ok::<_, JoinError>(queue)
         };
         let by_partition = (0..partitions)
