@@ -30,6 +30,9 @@ pub(super) fn flush(
     if !task.dirty {
         return Ok(true);
     }
+    // A state file does not hold the impressions held ahead of the feature logs.
+    let released = task.state.release_held();
+    task.rows.extend(released);
     // The checkpoint commits the offsets of the records this task dead-lettered: their dead
     // letters must be on the broker first, or a crash right after the commit loses them (no
     // restart reads those records again).

@@ -133,7 +133,7 @@ fn direct_event(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) -> 
                 None => {
                     let time_us = e.time_us;
                     let mut rows = if in_sample(config, &e) {
-                        task.state.add_event(e)
+                        task.state.take_event(e)
                     } else {
                         metrics.events_not_sampled.inc();
                         task.state.advance()
@@ -197,7 +197,7 @@ fn routed_events(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) ->
             continue;
         }
         match event::from_impression(e) {
-            Ok(e) => rows.extend(task.state.add_event(e)),
+            Ok(e) => rows.extend(task.state.take_event(e)),
             // The router sends only events it decoded and checked.
             Err(err) => tracing::warn!(%err, "a routed event is invalid"),
         }
@@ -228,7 +228,7 @@ fn event(join: &Join, task: &mut Task, message: &BorrowedMessage<'_>) -> Vec<Row
                 join.dead_letter(message, Reason::EventTimeInFuture, &detail);
                 task.state.advance()
             }
-            None => task.state.add_event(e),
+            None => task.state.take_event(e),
         },
         Err(err) => {
             join.dead_letter(message, err.reason(), &err.to_string());

@@ -58,6 +58,8 @@ impl JoinState {
     pub fn features_idle(&mut self, to_us: i64) -> Vec<Row> {
         self.features_idle_us = self.features_idle_us.max(to_us);
         let mut out = Vec::new();
+        // The events held for the logs join before the watermark moves past them.
+        self.release_due_into(&mut out);
         self.advance_into(&mut out);
         out
     }

@@ -19,24 +19,32 @@ fn served_at_us(log: &FeatureLog) -> i64 {
 }
 
 impl JoinState {
-    /// Takes a request's feature log; returns rows it completes.
+    /// Takes a request's feature log; returns rows it completes, its own and those of the
+    /// events held until the logs reached their time (state/ahead.rs).
     pub fn add_features(&mut self, log: impl Into<ServedLog>) -> Vec<Row> {
-        let log = log.into();
+        let mut out = Vec::new();
+        self.insert_features(log.into(), &mut out);
+        // The events it covers join before the watermark moves on its time.
+        self.release_due_into(&mut out);
+        self.advance_into(&mut out);
+        out
+    }
+
+    /// Holds a feature log and matches the events that waited for it, without moving the
+    /// watermark.
+    fn insert_features(&mut self, log: ServedLog, out: &mut Vec<Row>) {
         let served = served_at_us(&log);
         self.max_features_us = self.max_features_us.max(served);
         let request_id = log.request_id.clone();
-        let mut out = Vec::new();
         if self.features.contains_key(&request_id) {
             self.counts.duplicate_features += 1;
-            self.advance_into(&mut out);
-            return out;
+            return;
         }
         let expires_at = served.saturating_add(self.config.features_wait_us);
         if expires_at <= self.watermark_us {
             // Its window closed before it arrived: it can join nothing new.
             self.counts.late += 1;
-            self.advance_into(&mut out);
-            return out;
+            return;
         }
         let entry = FeatureEntry::new(Arc::new(log), HashSet::default(), expires_at);
         self.bytes += entry.bytes;
@@ -44,16 +52,22 @@ impl JoinState {
         self.features.insert(request_id.clone(), entry);
         // Impressions that were waiting for these features.
         for item in self.waiting.remove(&request_id).unwrap_or_default() {
-            self.try_match(&(request_id.clone(), item), &mut out);
+            self.try_match(&(request_id.clone(), item), out);
         }
         self.enforce_bound();
+    }
+
+    /// Takes an event now, whether or not the feature logs have been read to its time; returns
+    /// rows it completes.
+    pub fn add_event(&mut self, event: Event) -> Vec<Row> {
+        let mut out = Vec::new();
+        self.join_event(event, &mut out);
         self.advance_into(&mut out);
         out
     }
 
-    /// Takes an event; returns rows it completes.
-    pub fn add_event(&mut self, event: Event) -> Vec<Row> {
-        let mut out = Vec::new();
+    /// Matches an event against the tables, without moving the watermark.
+    pub(super) fn join_event(&mut self, event: Event, out: &mut Vec<Row>) {
         let Event {
             request_id,
             item_id,
@@ -72,8 +86,7 @@ impl JoinState {
             .is_some_and(|items| items.contains(&item_id))
         {
             self.counts.late += 1;
-            self.advance_into(&mut out);
-            return out;
+            return;
         }
         // An impression at or after its features' expiry can no longer join them: it waits
         // as if they were gone. Whether they are still held when it is read depends on how far
@@ -84,8 +97,7 @@ impl JoinState {
         if let Some(f) = self.features.get_mut(&request_id).filter(joinable) {
             let Some(row) = f.row_of(&item_id) else {
                 self.counts.unknown_item += 1;
-                self.advance_into(&mut out);
-                return out;
+                return;
             };
             // The common case of a join with no label window: the features are here and
             // nothing of this candidate waits, so the impression is the row. Emitted as the
@@ -112,21 +124,18 @@ impl JoinState {
                     },
                 });
                 self.enforce_bound();
-                self.advance_into(&mut out);
-                return out;
+                return;
             }
         } else if time_us.saturating_add(self.config.impressions_wait_us) <= self.watermark_us {
             // Too old to wait for features any more.
             self.counts.late += 1;
-            self.advance_into(&mut out);
-            return out;
+            return;
         }
         let key = (request_id, item_id);
         let retried = |p: &Pending| event_id.as_ref().is_some_and(|id| p.event_ids.contains(id));
         if self.pending.get(&key).is_some_and(retried) {
             self.counts.duplicate_events += 1;
-            self.advance_into(&mut out);
-            return out;
+            return;
         }
         let is_new = !self.pending.contains_key(&key);
         let p = self.pending.entry(key.clone()).or_insert_with(|| Pending {
@@ -167,11 +176,9 @@ impl JoinState {
             self.bytes += event.bytes();
             p.early.push(event);
         }
-        self.try_match(&key, &mut out);
+        self.try_match(&key, out);
         self.reschedule(&key);
         self.enforce_bound();
-        self.advance_into(&mut out);
-        out
     }
 
     /// Marks the match between an impressed pending entry and its features, and emits it when

@@ -10,6 +10,7 @@
 //! This module owns the public types and the state's fields; each stage of an entry's life is a
 //! submodule:
 //!
+//! - `ahead`: impressions read ahead of the feature logs, held until the logs reach their time.
 //! - `key`: lookups by borrowed ids in the tables keyed by request and item.
 //! - `table`: the tables' entries, what each is accounted against the memory bound, and the
 //!   upkeep of a pending entry (its place in the due index, its removal, its row).
@@ -23,6 +24,7 @@ use std::sync::Arc;
 
 use crate::log::{Layouts, ServedLog};
 
+mod ahead;
 mod expiry;
 mod input;
 mod key;
@@ -219,6 +221,8 @@ pub struct JoinState {
     /// The held logs' entries of the last snapshot, as encoded there (see
     /// `FeatureEntry::encoded`).
     last_features: Vec<u8>,
+    /// Impressions read ahead of the feature logs, not joined yet (see `ahead`).
+    ahead: ahead::Ahead,
     /// What happened so far.
     pub counts: Counts,
 }
@@ -247,6 +251,7 @@ impl JoinState {
             layouts: Layouts::default(),
             last_pending: Vec::new(),
             last_features: Vec::new(),
+            ahead: ahead::Ahead::default(),
             counts: Counts::default(),
         }
     }

@@ -28,8 +28,12 @@ impl JoinState {
     /// live log is written again into this epoch's file and the old segments are left behind.
     /// A snapshot's cost is thus the new logs plus the small part, not everything held. The
     /// tables then give back the spare slots of a drained backlog.
+    ///
+    /// Impressions held ahead of the feature logs are not in it: join them first
+    /// ([`JoinState::release_held`]).
     pub fn snapshot(&mut self, epoch: u64, file: &str) -> Snapshot {
         use prost::Message;
+        debug_assert_eq!(self.held_events(), 0, "held impressions would be lost");
         // Logs still needed: the held ones, and those of expired requests whose matched
         // impression still waits for its label window.
         let mut live: HashMap<&str, &Arc<ServedLog>> = self
