@@ -26,6 +26,19 @@ fn log(request: &str, at_min: i64, items: &[&str]) -> FeatureLog {
     }
 }
 
+/// Both waits `wait_us`, a label window, one events partition, no memory bound.
+fn join_config(wait_us: i64, label_window_us: i64, out_of_orderness_us: i64) -> JoinConfig {
+    JoinConfig {
+        features_wait_us: wait_us,
+        impressions_wait_us: wait_us,
+        label_window_us: Some(label_window_us),
+        max_out_of_orderness_us: out_of_orderness_us,
+        negatives_rate: 0.0,
+        max_bytes: usize::MAX,
+        event_sources: 1,
+    }
+}
+
 /// What is fed: a request's feature log, or an app event.
 #[derive(Debug, Clone)]
 enum Input {
@@ -61,15 +74,7 @@ fn inputs() -> impl Strategy<Value = Vec<Input>> {
 /// The rows of feeding `inputs` in order, then closing every window: what each row holds,
 /// by request and item.
 fn rows_of(inputs: &[Input]) -> BTreeMap<(String, String), (Option<i64>, u32, u32)> {
-    let mut state = JoinState::new(JoinConfig {
-        features_wait_us: 60 * MIN,
-        impressions_wait_us: 60 * MIN,
-        label_window_us: Some(20 * MIN),
-        max_out_of_orderness_us: 0,
-        negatives_rate: 0.0,
-        max_bytes: usize::MAX,
-        event_sources: 1,
-    });
+    let mut state = JoinState::new(join_config(60 * MIN, 20 * MIN, 0));
     let mut rows: Vec<Row> = Vec::new();
     for input in inputs {
         rows.extend(match input {
@@ -176,15 +181,7 @@ fn steps() -> impl Strategy<Value = ([i64; 4], Vec<Step>)> {
 /// impression read after that is late, and read order decides. Counts are not compared for the
 /// same reason (a repeated impression is folded into its pending entry, or counts as late).
 fn run(served_s: [i64; 4], steps: &[Step], hold: bool) -> Vec<RowValues> {
-    let mut state = JoinState::new(JoinConfig {
-        features_wait_us: 4 * MIN,
-        impressions_wait_us: 4 * MIN,
-        label_window_us: Some(2 * MIN),
-        max_out_of_orderness_us: 30_000_000,
-        negatives_rate: 0.0,
-        max_bytes: usize::MAX,
-        event_sources: 1,
-    });
+    let mut state = JoinState::new(join_config(4 * MIN, 2 * MIN, 30_000_000));
     let mut rows: Vec<Row> = Vec::new();
     let served = |r: usize| {
         let mut log = log(&format!("r{r}"), 0, &["a", "b"]);
