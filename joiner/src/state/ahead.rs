@@ -133,10 +133,7 @@ impl JoinState {
             return self.add_event(event);
         }
         // Read, for alignment, although not joined yet.
-        self.max_event_us = self.max_event_us.max(event.time_us);
-        if self.first_event_us == i64::MIN {
-            self.first_event_us = event.time_us;
-        }
+        self.note_event_read(event.time_us);
         self.ahead.push(event);
         Vec::new()
     }
@@ -168,7 +165,7 @@ impl JoinState {
 
     /// How far the feature logs have been read in event time: the newest served time read, or
     /// the quiet time declared if later. The watermark never passes it.
-    fn features_progress(&self) -> i64 {
+    pub(super) fn features_progress(&self) -> i64 {
         self.max_features_us.max(self.features_idle_us)
     }
 }

@@ -58,7 +58,7 @@ impl JoinState {
     pub fn features_idle(&mut self, to_us: i64) -> Vec<Row> {
         self.features_idle_us = self.features_idle_us.max(to_us);
         let mut out = Vec::new();
-        // The events held for the logs join before the watermark moves past them.
+        // The impressions held for the logs join before the watermark moves past them.
         self.release_due_into(&mut out);
         self.advance_into(&mut out);
         out
@@ -74,7 +74,7 @@ impl JoinState {
             self.sources.values().min().copied().and_then(known)
         };
         InputTimes {
-            features: known(self.max_features_us.max(self.features_idle_us)),
+            features: known(self.features_progress()),
             events,
             events_read: known(self.max_event_us),
             events_first_read: known(self.first_event_us),

@@ -76,10 +76,7 @@ impl JoinState {
             labels,
             event_id,
         } = event;
-        self.max_event_us = self.max_event_us.max(time_us);
-        if self.first_event_us == i64::MIN {
-            self.first_event_us = time_us;
-        }
+        self.note_event_read(time_us);
         if self
             .emitted
             .get(&request_id)
@@ -179,6 +176,14 @@ impl JoinState {
         self.try_match(&key, out);
         self.reschedule(&key);
         self.enforce_bound();
+    }
+
+    /// Records how far the events have been read, for read-ahead alignment.
+    pub(super) fn note_event_read(&mut self, time_us: i64) {
+        self.max_event_us = self.max_event_us.max(time_us);
+        if self.first_event_us == i64::MIN {
+            self.first_event_us = time_us;
+        }
     }
 
     /// Marks the match between an impressed pending entry and its features, and emits it when
