@@ -56,9 +56,22 @@ pub(super) fn router(
         }
         if let Some(message) = router.consumer.poll(ticks.poll_timeout(now)) {
             router.route(&mut routing, message, now)?;
+            // What else is queued is taken without a timeout: a poll that may wait reads the
+            // clock four times (librdkafka's three, rdkafka's one), and with this loop's own
+            // read that was a tenth of the router's CPU on a backlog (perf).
+            for _ in 0..DRAIN {
+                let Some(message) = router.consumer.poll(Duration::ZERO) else {
+                    break;
+                };
+                router.route(&mut routing, message, now)?;
+            }
         }
     }
 }
+
+/// Records routed after a poll before the loop looks at the clock and the shutdown again:
+/// about a quarter of a millisecond of routing.
+const DRAIN: usize = 256;
 
 /// What the router runs with: its clients and settings.
 struct Router {
@@ -264,7 +277,8 @@ impl Router {
             .sources
             .entry(source_id(index, message.partition()))
             .or_insert_with(Source::new);
-        // When the poll began: at most a poll's wait early, against idle timeouts of seconds.
+        // When the poll began: at most a poll's wait and a drain early, against idle timeouts of
+        // seconds.
         source.last_seen = now;
         match decoded {
             // Its time still counts for the watermark: the app's events are in order whether
