@@ -4,7 +4,7 @@
 //! the state is over its bound.
 
 use super::{InputTimes, JoinState, Labels, Row};
-use crate::log::{CandidateId, canonical_int};
+use crate::log::CandidateId;
 
 /// Whether a scored, never impressed candidate becomes a negative: FNV-1a of
 /// "request id/item id" against the rate, so any system can reproduce the choice.
@@ -118,7 +118,6 @@ impl JoinState {
                 };
                 if let Some(f) = self.features.remove(&request_id) {
                     self.bytes = self.bytes.saturating_sub(f.bytes);
-                    self.emitted.remove(&request_id);
                     self.counts.evicted += 1;
                 }
             } else {
@@ -206,19 +205,21 @@ impl JoinState {
                 continue;
             };
             self.bytes = self.bytes.saturating_sub(f.bytes);
-            self.emitted.remove(&request_id);
-            // Every candidate of every log passes here once: integer ids are compared as
+            // Every candidate of every log passes here once, against the few impressed ids:
+            // an id listed twice is impressed at each of its rows. Integer ids are compared as
             // numbers and written as text only for a negative, not formatted 100 times a log.
-            let mut impressed_ints: Vec<i64> = match f.log.candidate_id(0) {
-                Some(CandidateId::Int(_)) => f
-                    .impressed
-                    .iter()
-                    .filter_map(|i| canonical_int(i))
-                    .collect(),
-                _ => Vec::new(),
-            };
+            let (mut impressed_ints, mut impressed_texts) = (Vec::new(), Vec::new());
+            for row in f.impressed.iter() {
+                match f.log.candidate_id(row) {
+                    Some(CandidateId::Int(n)) => impressed_ints.push(n),
+                    Some(CandidateId::Text(t)) => impressed_texts.push(t),
+                    None => {}
+                }
+            }
             impressed_ints.sort_unstable();
             impressed_ints.dedup();
+            impressed_texts.sort_unstable();
+            impressed_texts.dedup();
             let rate = self.config.negatives_rate;
             // Without negatives only the count is wanted: every log's every candidate passes
             // here, and a count over the integer ids (a few impressed ids, each against the
@@ -237,7 +238,7 @@ impl JoinState {
             for (i, id) in f.log.candidate_ids().enumerate() {
                 let impressed = match id {
                     CandidateId::Int(n) => impressed_ints.binary_search(&n).is_ok(),
-                    CandidateId::Text(t) => f.impressed.contains(t),
+                    CandidateId::Text(t) => impressed_texts.binary_search(&t).is_ok(),
                 };
                 if impressed {
                     continue;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use featurelog_schemas::featurelog::v1::FeatureLog;
 
 use super::key::PairKey;
-use super::table::{EarlyLabel, FeatureEntry, ID_BYTES, Pending, note_emitted, pending_bytes};
-use super::{HashSet, JoinState, Labels, Row};
+use super::table::{EarlyLabel, FeatureEntry, ID_BYTES, Pending, pending_bytes};
+use super::{JoinState, Labels, Row};
 use crate::event::{Event, EventKind};
 use crate::log::ServedLog;
 
@@ -46,7 +46,7 @@ impl JoinState {
             self.counts.late += 1;
             return;
         }
-        let entry = FeatureEntry::new(Arc::new(log), HashSet::default(), expires_at);
+        let entry = FeatureEntry::new(Arc::new(log), expires_at);
         self.bytes += entry.bytes;
         self.feature_expiry.insert((expires_at, request_id.clone()));
         self.features.insert(request_id.clone(), entry);
@@ -77,10 +77,10 @@ impl JoinState {
             event_id,
         } = event;
         self.note_event_read(time_us);
-        if self
-            .emitted
-            .get(&request_id)
-            .is_some_and(|items| items.contains(&item_id))
+        let mut features = self.features.get_mut(&request_id);
+        let row = features.as_mut().and_then(|f| f.row_of(&item_id));
+        if let (Some(f), Some(row)) = (&features, row)
+            && f.emitted.contains(row)
         {
             self.counts.late += 1;
             return;
@@ -91,8 +91,8 @@ impl JoinState {
         // same rows.
         let joinable =
             |f: &&mut FeatureEntry| kind != EventKind::Impression || time_us < f.expires_at;
-        if let Some(f) = self.features.get_mut(&request_id).filter(joinable) {
-            let Some(row) = f.row_of(&item_id) else {
+        if let Some(f) = features.filter(joinable) {
+            let Some(row) = row else {
                 self.counts.unknown_item += 1;
                 return;
             };
@@ -104,11 +104,11 @@ impl JoinState {
                     .contains_key(&(request_id.as_str(), item_id.as_str()) as &dyn PairKey)
             };
             if self.config.label_window_us.is_none() && kind == EventKind::Impression && !waits() {
-                if f.impressed.insert(item_id.clone()) {
+                if f.impressed.insert(row) {
                     f.encoded = None;
                 }
+                f.emitted.insert(row);
                 self.counts.joined += 1;
-                note_emitted(&mut self.emitted, &request_id, &item_id);
                 out.push(Row {
                     request_id,
                     item_id,
@@ -209,7 +209,7 @@ impl JoinState {
             self.remove_pending(key);
             return;
         };
-        if f.impressed.insert(key.1.clone()) {
+        if f.impressed.insert(row) {
             f.encoded = None;
         }
         p.matched = Some((f.log.clone(), row));

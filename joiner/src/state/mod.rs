@@ -25,6 +25,7 @@ use std::sync::Arc;
 use crate::log::{Layouts, ServedLog};
 
 mod ahead;
+mod candidates;
 mod expiry;
 mod input;
 mod key;
@@ -188,9 +189,6 @@ pub struct JoinState {
     /// Items with a pending entry, by request, for requests whose features have not come:
     /// what a request's features must look at when they arrive.
     waiting: HashMap<String, Vec<String>>,
-    /// Emitted candidates by request, until the request's features expire: a later event for
-    /// one of them is late, never a second row.
-    emitted: HashMap<String, HashSet<String>>,
     max_features_us: i64,
     /// The newest time of the events read (not persisted: only read-ahead alignment uses it).
     max_event_us: i64,
@@ -237,7 +235,6 @@ impl JoinState {
             pending: HashMap::default(),
             pending_due: BTreeSet::new(),
             waiting: HashMap::default(),
-            emitted: HashMap::default(),
             max_features_us: i64::MIN,
             max_event_us: i64::MIN,
             first_event_us: i64::MIN,

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::candidates::CandidateSet;
 use super::key::DueKey;
-use super::{HashMap, HashSet, JoinState, Labels, Row};
+use super::{HashMap, JoinState, Labels, Row};
 use crate::event::EventKind;
 use crate::log::{CandidateIndex, ServedLog};
 
@@ -18,8 +19,13 @@ pub(super) struct FeatureEntry {
     /// see a few impressions, and building a map of every candidate for each request cost more
     /// (a clone and a hash per candidate, in the profile) than scanning a short list.
     index: Option<CandidateIndex>,
-    /// Items with an impression (joined or pending), for the scored-not-impressed count.
-    pub(super) impressed: HashSet<String>,
+    /// Candidates with an impression (joined or pending), for the scored-not-impressed count.
+    pub(super) impressed: CandidateSet,
+    /// Candidates whose row was emitted: a later event for one of them is late, never a second
+    /// row. Forgotten with the entry, as everything else about the request is: a row emitted
+    /// after its features expired (a label window longer than `features-wait`) is not noted,
+    /// or the request would be remembered for good.
+    pub(super) emitted: CandidateSet,
     /// When the features stop joining: served-at plus the features wait, as in
     /// `feature_expiry`. An impression from then on never joins them, even while the watermark
     /// still holds them, so that whether it joins does not depend on how far the other input
@@ -34,13 +40,14 @@ pub(super) struct FeatureEntry {
 impl FeatureEntry {
     /// Accounts for a record's size: its bytes, what decoding it adds per record and per
     /// candidate (its id's position), and the entry's own tables.
-    pub(super) fn new(log: Arc<ServedLog>, impressed: HashSet<String>, expires_at: i64) -> Self {
+    pub(super) fn new(log: Arc<ServedLog>, expires_at: i64) -> Self {
         let bytes = log.raw().len() + ENTRY_BYTES + CANDIDATE_BYTES * log.candidate_count();
         Self {
             log,
             bytes,
             index: None,
-            impressed,
+            impressed: CandidateSet::default(),
+            emitted: CandidateSet::default(),
             expires_at,
             encoded: None,
         }
@@ -221,7 +228,11 @@ impl JoinState {
             return;
         };
         self.counts.joined += 1;
-        note_emitted(&mut self.emitted, &key.0, &key.1);
+        if let Some(f) = self.features.get_mut(&key.0)
+            && Arc::ptr_eq(&f.log, &features)
+        {
+            f.emitted.insert(row);
+        }
         out.push(Row {
             request_id: key.0.clone(),
             item_id: key.1.clone(),
@@ -230,24 +241,6 @@ impl JoinState {
             impression_time_us: p.impression_us,
             labels: p.labels,
         });
-    }
-}
-
-/// Records in `emitted` that the row of `item` of `request_id` was emitted. Most rows are of
-/// a request that already has one, whose id is not copied again.
-pub(super) fn note_emitted(
-    emitted: &mut HashMap<String, HashSet<String>>,
-    request_id: &str,
-    item: &str,
-) {
-    match emitted.get_mut(request_id) {
-        Some(items) => {
-            items.insert(item.to_owned());
-        }
-        None => {
-            let items = emitted.entry(request_id.to_owned()).or_default();
-            items.insert(item.to_owned());
-        }
     }
 }
 
@@ -272,7 +265,6 @@ impl JoinState {
         release_spare(&mut self.features);
         release_spare(&mut self.pending);
         release_spare(&mut self.waiting);
-        release_spare(&mut self.emitted);
         release_spare(&mut self.written);
     }
 
@@ -282,7 +274,6 @@ impl JoinState {
         self.features.capacity()
             + self.pending.capacity()
             + self.waiting.capacity()
-            + self.emitted.capacity()
             + self.written.capacity()
     }
 }

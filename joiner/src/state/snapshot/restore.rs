@@ -132,7 +132,12 @@ impl JoinState {
                 .get(&f.request_id)
                 .cloned()
                 .ok_or_else(|| format!("no log for {:?}", f.request_id))?;
-            let entry = FeatureEntry::new(log, f.impressed.into_iter().collect(), f.expires_at);
+            let mut entry = FeatureEntry::new(log, f.expires_at);
+            for item in &f.impressed {
+                if let Some(row) = entry.row_of(item) {
+                    entry.impressed.insert(row);
+                }
+            }
             state.bytes += entry.bytes;
             state
                 .feature_expiry
@@ -183,11 +188,16 @@ impl JoinState {
             }
             state.reschedule(&key);
         }
-        state.emitted = header
-            .emitted
-            .into_iter()
-            .map(|e| (e.request_id, e.items.into_iter().collect()))
-            .collect();
+        // A state file names the emitted candidates of requests whose features it holds.
+        for e in header.emitted {
+            if let Some(f) = state.features.get_mut(&e.request_id) {
+                for item in &e.items {
+                    if let Some(row) = f.row_of(item) {
+                        f.emitted.insert(row);
+                    }
+                }
+            }
+        }
         state.max_features_us = header.max_features_us;
         state.watermark_us = header.watermark_us;
         state.sources = header.sources;

@@ -413,3 +413,60 @@ fn a_drained_backlog_gives_back_its_table_slots_at_the_next_snapshot() {
     let rows = s.add_features(log("late", 9, &["a", "b"]));
     assert_eq!(keys(&rows), [("late".into(), "a".into())]);
 }
+
+#[test]
+fn rows_written_after_their_features_expired_leave_nothing_in_the_state() {
+    use featurelog_schemas::featurelog::state::v1::StateHeader;
+    use prost::Message;
+    // A label window longer than the features' wait: each row is written after its request's
+    // features expired. Nothing of those requests may stay, or a long run's memory and state
+    // files would grow with every request it ever joined.
+    let mut s = JoinState::new(config(Some(60 * MIN)));
+    let mut rows = Vec::new();
+    for r in 0..100 {
+        let request = format!("r{r}");
+        rows.extend(s.add_features(log(&request, r, &["a", "b"])));
+        rows.extend(s.feed(event(&request, "a", r, EventKind::Impression)));
+    }
+    rows.extend(s.add_features(log("end", 300, &["z"])));
+    rows.extend(s.source_progress(0, 300 * MIN));
+    assert_eq!(
+        rows.len(),
+        100,
+        "every impression's row, once its window closed"
+    );
+    assert_eq!(s.requests(), 1, "only the last request's features are held");
+    let snapshot = s.snapshot(1, &file(1));
+    let mut bytes = snapshot.bytes.as_slice();
+    let header = StateHeader::decode_length_delimited(&mut bytes).unwrap();
+    assert!(
+        header.emitted.is_empty(),
+        "{} requests remembered",
+        header.emitted.len()
+    );
+    // Still late, not a second row: a written row's impression read again.
+    assert!(
+        s.feed(event("r99", "a", 99, EventKind::Impression))
+            .is_empty()
+    );
+    assert_eq!(s.counts.joined, 100);
+}
+
+#[test]
+fn a_restore_keeps_which_candidates_were_impressed_and_written() {
+    let mut s = JoinState::new(config(None));
+    s.add_features(log("r1", 0, &["a", "b", "c", "b"]));
+    assert_eq!(s.feed(event("r1", "b", 1, EventKind::Impression)).len(), 1);
+    let mut restored = restored_from_one_checkpoint(&mut s, config(None));
+    // The row of b was written before the restore: its impression read again is late.
+    assert!(
+        restored
+            .feed(event("r1", "b", 2, EventKind::Impression))
+            .is_empty()
+    );
+    assert_eq!(restored.counts.late, 1);
+    // At the expiry, a and c were scored and not impressed; b at both its rows was.
+    restored.add_features(log("end", 100, &["z"]));
+    restored.source_progress(0, 100 * MIN);
+    assert_eq!(restored.counts.scored_not_impressed, 2);
+}

@@ -121,11 +121,18 @@ impl JoinState {
             // Encoded below, straight from the table.
             pending: Vec::new(),
             emitted: self
-                .emitted
+                .features
                 .iter()
-                .map(|(r, items)| SnapEmitted {
+                .filter(|(_, f)| !f.emitted.is_empty())
+                .map(|(r, f)| SnapEmitted {
                     request_id: r.clone(),
-                    items: items.iter().cloned().collect(),
+                    items: f
+                        .emitted
+                        .iter()
+                        .filter_map(|row| {
+                            Some(f.log.candidate_id(row)?.text(&mut String::new()).to_owned())
+                        })
+                        .collect(),
                 })
                 .collect(),
             max_features_us: self.max_features_us,
