@@ -52,7 +52,27 @@ impl CandidateSet {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
     use super::CandidateSet;
+
+    proptest! {
+        /// Any sequence of inserts answers as a set of rows does.
+        #[test]
+        fn answers_as_a_set_of_rows(rows in proptest::collection::vec(0usize..300, 0..64)) {
+            let (mut set, mut reference) = (CandidateSet::default(), BTreeSet::new());
+            for row in rows {
+                prop_assert_eq!(set.insert(row), reference.insert(row));
+            }
+            for row in 0..320 {
+                prop_assert_eq!(set.contains(row), reference.contains(&row));
+            }
+            prop_assert_eq!(set.iter().collect::<Vec<_>>(), reference.iter().copied().collect::<Vec<_>>());
+            prop_assert_eq!(set.is_empty(), reference.is_empty());
+        }
+    }
 
     #[test]
     fn holds_each_row_once_and_lists_them_in_order() {
