@@ -53,6 +53,25 @@ impl FeatureEntry {
         }
     }
 
+    /// The ids of `set`'s candidates, as a state file lists them.
+    pub(super) fn item_ids<'a>(
+        &'a self,
+        set: &'a CandidateSet,
+    ) -> impl Iterator<Item = String> + 'a {
+        let mut text = String::new();
+        set.iter()
+            .filter_map(move |row| Some(self.log.candidate_id(row)?.text(&mut text).to_owned()))
+    }
+
+    /// The candidates a state file lists by id; an id the log does not have is left out.
+    pub(super) fn rows_of(&mut self, items: &[String]) -> CandidateSet {
+        let mut set = CandidateSet::default();
+        for row in items.iter().filter_map(|item| self.row_of(item)) {
+            set.insert(row);
+        }
+        set
+    }
+
     /// The row of a candidate; the first, should a request list an item twice.
     pub(super) fn row_of(&mut self, item: &str) -> Option<usize> {
         const SCAN: usize = 128;

@@ -45,11 +45,8 @@ pub(super) fn encode_entry(request: &String, f: &FeatureEntry, segment: u64, buf
     if f.expires_at != 0 {
         encoding::int64::encode(2, &f.expires_at, buf);
     }
-    let mut text = String::new();
-    for row in f.impressed.iter() {
-        if let Some(id) = f.log.candidate_id(row) {
-            encoding::string::encode(3, &id.text(&mut text).to_owned(), buf);
-        }
+    for item in f.item_ids(&f.impressed) {
+        encoding::string::encode(3, &item, buf);
     }
     if segment != 0 {
         encoding::uint64::encode(4, &segment, buf);
@@ -66,11 +63,7 @@ pub(super) fn reference(request: &str, f: &FeatureEntry, segment: u64) -> HeldFe
     HeldFeatures {
         request_id: request.to_owned(),
         expires_at: f.expires_at,
-        impressed: f
-            .impressed
-            .iter()
-            .filter_map(|row| Some(f.log.candidate_id(row)?.text(&mut String::new()).to_owned()))
-            .collect(),
+        impressed: f.item_ids(&f.impressed).collect(),
         segment,
         offset: f.log.offset(),
     }

@@ -133,11 +133,7 @@ impl JoinState {
                 .cloned()
                 .ok_or_else(|| format!("no log for {:?}", f.request_id))?;
             let mut entry = FeatureEntry::new(log, f.expires_at);
-            for item in &f.impressed {
-                if let Some(row) = entry.row_of(item) {
-                    entry.impressed.insert(row);
-                }
-            }
+            entry.impressed = entry.rows_of(&f.impressed);
             state.bytes += entry.bytes;
             state
                 .feature_expiry
@@ -191,11 +187,7 @@ impl JoinState {
         // A state file names the emitted candidates of requests whose features it holds.
         for e in header.emitted {
             if let Some(f) = state.features.get_mut(&e.request_id) {
-                for item in &e.items {
-                    if let Some(row) = f.row_of(item) {
-                        f.emitted.insert(row);
-                    }
-                }
+                f.emitted = f.rows_of(&e.items);
             }
         }
         state.max_features_us = header.max_features_us;

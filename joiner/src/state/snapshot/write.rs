@@ -126,13 +126,7 @@ impl JoinState {
                 .filter(|(_, f)| !f.emitted.is_empty())
                 .map(|(r, f)| SnapEmitted {
                     request_id: r.clone(),
-                    items: f
-                        .emitted
-                        .iter()
-                        .filter_map(|row| {
-                            Some(f.log.candidate_id(row)?.text(&mut String::new()).to_owned())
-                        })
-                        .collect(),
+                    items: f.item_ids(&f.emitted).collect(),
                 })
                 .collect(),
             max_features_us: self.max_features_us,
