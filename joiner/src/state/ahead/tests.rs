@@ -1,6 +1,8 @@
 //! Unit tests of holding events ahead of the feature logs: what is held and when it joins, and
 //! that a held event is joined as it would have been on arrival.
 
+use proptest::prelude::*;
+
 use super::Ahead;
 use crate::event::EventKind;
 use crate::state::JoinState;
@@ -135,4 +137,36 @@ fn the_held_come_out_earliest_first_and_in_read_order_among_equal_times() {
         .collect();
     assert_eq!(rest, ["h", "e", "g"]);
     assert_eq!(ahead.len(), 0);
+}
+
+proptest! {
+    /// Any interleaving of holds and releases gives the events back as a stable sort by time
+    /// would: earliest first, in the order read among equal times, none before its time.
+    #[test]
+    fn releases_as_a_stable_sort_by_time_would(
+        ops in proptest::collection::vec((any::<bool>(), 0i64..8), 0..200),
+    ) {
+        let (mut ahead, mut reference) = (Ahead::default(), Vec::<(i64, usize)>::new());
+        for (read, (hold, minute)) in ops.into_iter().enumerate() {
+            if hold {
+                ahead.push(event("r", &read.to_string(), minute, EventKind::Impression));
+                reference.push((minute, read));
+            } else {
+                let due = reference
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, held)| held.0 <= minute)
+                    .min_by_key(|(_, held)| **held)
+                    .map(|(at, _)| at);
+                let expected = due.map(|at| reference.remove(at).1.to_string());
+                let got = ahead.pop_until(minute * MIN).map(|e| e.item_id);
+                prop_assert_eq!(got, expected);
+            }
+            prop_assert_eq!(ahead.len(), reference.len());
+        }
+        reference.sort();
+        let rest: Vec<String> = std::iter::from_fn(|| ahead.pop()).map(|e| e.item_id).collect();
+        let expected: Vec<String> = reference.iter().map(|(_, read)| read.to_string()).collect();
+        prop_assert_eq!(rest, expected);
+    }
 }
