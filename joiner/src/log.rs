@@ -379,42 +379,69 @@ impl ServedLog {
         }
     }
 
-    /// Appends values `s..e` of column `i` to `out` from its packed run of `W`-byte values
-    /// or from its decoded `field`; false if it has no such values.
-    fn floats<T: Copy, const W: usize>(
+    /// Where values `s..e` of column `i` are, from its packed run of `W`-byte values or its
+    /// decoded `field`, without reading them; `None` if it has no such values.
+    fn float_cells<T, const W: usize>(
         &self,
         (i, s, e): (usize, usize, usize),
-        out: &mut Vec<T>,
-        from_le: fn([u8; W]) -> T,
         field: fn(&Values) -> &[T],
-    ) -> bool {
+    ) -> Option<FloatCells<'_, T, W>> {
         if let Some(bytes) = self.packed(i, W as u8, s, e) {
-            // Mostly one value per call (a scalar feature of one row): a plain loop, where
-            // `extend` over a filtering iterator cost ~50 ns a value in the profile.
-            out.reserve(bytes.len() / W);
-            for chunk in bytes.chunks_exact(W) {
-                let mut le = [0u8; W];
-                le.copy_from_slice(chunk);
-                out.push(from_le(le));
-            }
-            return true;
+            return Some(FloatCells::Packed(bytes));
         }
         self.values(i)
             .and_then(|v| field(v).get(s..e))
-            .is_some_and(|v| {
-                out.extend_from_slice(v);
-                true
-            })
+            .map(FloatCells::Decoded)
+    }
+
+    /// Where FP32 values `s..e` of column `i` are; `None` if it has no such values.
+    pub fn fp32_cells(&self, i: usize, s: usize, e: usize) -> Option<FloatCells<'_, f32, 4>> {
+        self.float_cells((i, s, e), |v| &v.fp32_values)
     }
 
     /// Appends FP32 values `s..e` of column `i` to `out`; false if it has no such values.
     pub fn fp32(&self, i: usize, s: usize, e: usize, out: &mut Vec<f32>) -> bool {
-        self.floats((i, s, e), out, f32::from_le_bytes, |v| &v.fp32_values)
+        self.fp32_cells(i, s, e)
+            .map(|c| c.append_to(out, f32::from_le_bytes))
+            .is_some()
     }
 
     /// Appends FP64 values `s..e` of column `i` to `out`; false if it has no such values.
     pub fn fp64(&self, i: usize, s: usize, e: usize, out: &mut Vec<f64>) -> bool {
-        self.floats((i, s, e), out, f64::from_le_bytes, |v| &v.fp64_values)
+        self.float_cells((i, s, e), |v| &v.fp64_values)
+            .map(|c| c.append_to(out, f64::from_le_bytes))
+            .is_some()
+    }
+}
+
+/// Where some values of a float column are: a slice of a packed run of `W`-byte little-endian
+/// values in the record, or of its decoded values. Finding them and reading them are apart so
+/// that a reader of many rows can find every row's cells first and then read them in one
+/// tight loop, where the loads of cold records overlap (see `rows::columns::fp32_columns`).
+#[derive(Debug, Clone, Copy)]
+pub enum FloatCells<'a, T, const W: usize> {
+    /// In the record's bytes.
+    Packed(&'a [u8]),
+    /// Decoded.
+    Decoded(&'a [T]),
+}
+
+impl<T: Copy, const W: usize> FloatCells<'_, T, W> {
+    /// Appends the values to `out`.
+    pub fn append_to(self, out: &mut Vec<T>, from_le: fn([u8; W]) -> T) {
+        match self {
+            FloatCells::Packed(bytes) => {
+                // Mostly one value per call (a scalar feature of one row): a plain loop, where
+                // `extend` over a filtering iterator cost ~50 ns a value in the profile.
+                out.reserve(bytes.len() / W);
+                for chunk in bytes.chunks_exact(W) {
+                    let mut le = [0u8; W];
+                    le.copy_from_slice(chunk);
+                    out.push(from_le(le));
+                }
+            }
+            FloatCells::Decoded(values) => out.extend_from_slice(values),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use arrow_schema::{ArrowError, DataType as ArrowType, Field};
 use featurelog_schemas::featurelog::v1::{DataType, Values};
 
 use super::ColumnKey;
-use crate::log::{Column, Layout, ServedLog};
+use crate::log::{Column, FloatCells, Layout, ServedLog};
 use crate::state::Row;
 
 /// FP16 bits to the f32 of the same value.
@@ -198,11 +198,10 @@ fn width_of(rows: &[Row], key: &ColumnKey) -> usize {
         .unwrap_or(1)
 }
 
-/// The FP32 columns (nearly every feature of a ranking model), read row by row rather than
-/// column by column. A row's record is long out of cache when its row is written; column by
-/// column, each of its cells waited on the same chain of misses (the log, its cells, the
-/// bytes) again, which made reading cells the joiner's largest item in perf. Row by row, the
-/// chain is walked once and the cells' own loads overlap.
+/// The FP32 columns (nearly every feature of a ranking model), built together block of rows
+/// by block. A row's record is long out of cache when its row is written: the misses on its
+/// log, its cells and its bytes made reading cells the joiner's largest item in perf, and
+/// they cost least when many are in flight at once.
 pub(super) fn fp32_columns(rows: &[Row], keys: &[&ColumnKey]) -> Vec<ArrayRef> {
     let widths: Vec<usize> = keys.iter().map(|k| width_of(rows, k)).collect();
     let mut finders: Vec<Finder<'_>> = keys.iter().map(|k| Finder::new(k)).collect();
@@ -214,17 +213,31 @@ pub(super) fn fp32_columns(rows: &[Row], keys: &[&ColumnKey]) -> Vec<ArrayRef> {
         .iter()
         .map(|_| Vec::with_capacity(rows.len()))
         .collect();
-    for row in rows {
+    // A block's cells are found first (the rows' logs and cell lists) and read after: the
+    // reads are then independent loads in a short loop, which the CPU overlaps. Reading each
+    // cell as it was found left one miss at a time in flight, and the load of the value was
+    // three quarters of this function's samples in perf.
+    let mut cells: Vec<Option<FloatCells<'_, f32, 4>>> = Vec::with_capacity(BLOCK * keys.len());
+    for block in rows.chunks(BLOCK) {
+        cells.clear();
         for (k, finder) in finders.iter_mut().enumerate() {
+            let width = widths[k];
+            cells.extend(block.iter().map(|row| {
+                finder.find(row).and_then(|c| {
+                    let (s, e) = range(row, c.column, width);
+                    c.log.fp32_cells(c.index, s, e)
+                })
+            }));
+        }
+        for (k, column) in cells.chunks(block.len()).enumerate() {
             let (width, out) = (widths[k], &mut values[k]);
-            let ok = finder.find(row).is_some_and(|c| {
-                let (s, e) = range(row, c.column, width);
-                c.log.fp32(c.index, s, e, out)
-            });
-            if !ok {
-                out.extend(std::iter::repeat_n(0.0, width));
+            for cell in column {
+                match cell {
+                    Some(c) => c.append_to(out, f32::from_le_bytes),
+                    None => out.extend(std::iter::repeat_n(0.0, width)),
+                }
             }
-            valid[k].push(ok);
+            valid[k].extend(column.iter().map(Option::is_some));
         }
     }
     values
@@ -237,6 +250,10 @@ pub(super) fn fp32_columns(rows: &[Row], keys: &[&ColumnKey]) -> Vec<ArrayRef> {
         })
         .collect()
 }
+
+/// Rows whose FP32 cells [`fp32_columns`] finds before it reads them: enough loads in flight
+/// to cover a miss, few enough that the block's logs stay in cache between the two passes.
+const BLOCK: usize = 64;
 
 /// Builds a column; BYTES are Utf8 when every value is UTF-8 and `binary` is false, else Binary.
 pub(super) fn column(

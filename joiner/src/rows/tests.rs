@@ -11,6 +11,7 @@ use prost::Message;
 fn served(log: FeatureLog) -> ServedLog {
     ServedLog::decode(log.encode_to_vec(), &mut crate::log::Layouts::default()).unwrap()
 }
+use crate::log::FloatCells;
 use crate::state::Labels;
 use arrow_array::cast::AsArray;
 
@@ -313,4 +314,110 @@ fn half_floats_convert_exactly() {
     assert!(f16_to_f32(0x7e00).is_nan());
     assert_eq!(f16_to_f32(0xfc00), f32::NEG_INFINITY);
     assert_eq!(bf16_to_f32(0x3f80), 1.0);
+}
+
+/// A log of `n` candidates whose scalar `price` is `base + row` and whose `emb` of two is
+/// `(base + row, -row)`; `price` unpacked (wire type 5, as proto2 writers send floats) when
+/// `unpacked`, and neither feature when `bare`.
+fn priced(base: f32, n: usize, unpacked: bool, bare: bool) -> ServedLog {
+    let fp32 = |name: &str, shape: Vec<i64>, values: Vec<f32>| Feature {
+        name: name.into(),
+        datatype: DataType::Fp32 as i32,
+        row_shape: shape,
+        values: Some(Values {
+            fp32_values: values,
+            ..Default::default()
+        }),
+        per_request: false,
+    };
+    let mut log = FeatureLog {
+        request_id: format!("r{base}"),
+        row_count: n as u32,
+        candidate_ids: (0..n).map(|i| format!("c{i}")).collect(),
+        ..Default::default()
+    };
+    if !bare {
+        let emb = (0..n)
+            .flat_map(|i| [base + i as f32, -(i as f32)])
+            .collect();
+        log.features.push(fp32("emb", vec![2], emb));
+    }
+    if !bare && !unpacked {
+        log.features.push(fp32(
+            "price",
+            vec![],
+            (0..n).map(|i| base + i as f32).collect(),
+        ));
+    }
+    let mut raw = log.encode_to_vec();
+    if !bare && unpacked {
+        let mut values = Vec::new();
+        for i in 0..n {
+            values.push(6 << 3 | 5);
+            values.extend_from_slice(&(base + i as f32).to_le_bytes());
+        }
+        let mut feature = vec![0x0a, 5];
+        feature.extend_from_slice(b"price");
+        feature.extend_from_slice(&[0x10, DataType::Fp32 as u8]);
+        prost::encoding::bytes::encode(4, &values, &mut feature);
+        prost::encoding::bytes::encode(9, &feature, &mut raw);
+    }
+    ServedLog::decode(raw, &mut crate::log::Layouts::default()).unwrap()
+}
+
+#[test]
+fn fp32_columns_read_every_row_of_many_blocks_whatever_its_log_holds() {
+    // More rows than one block of the gather, from logs that hold the values packed, unpacked
+    // or not at all, in an order that changes layout from row to row.
+    let logs: Vec<Arc<ServedLog>> = (0..7)
+        .map(|j| Arc::new(priced(1000.0 * j as f32, 40, j % 3 == 1, j % 3 == 2)))
+        .collect();
+    let packed = |log: &ServedLog| {
+        let i = log
+            .layout()
+            .columns()
+            .iter()
+            .position(|c| c.name == "price");
+        matches!(
+            log.fp32_cells(i.unwrap(), 0, 1),
+            Some(FloatCells::Packed(_))
+        )
+    };
+    assert!(packed(&logs[0]) && !packed(&logs[1]));
+    let rows: Vec<Row> = (0..301)
+        .map(|i| {
+            let features = logs[i * 5 % logs.len()].clone();
+            Row {
+                request_id: features.request_id.clone(),
+                item_id: format!("c{}", i % 40),
+                features,
+                row: i % 40,
+                impression_time_us: None,
+                labels: Labels::default(),
+            }
+        })
+        .collect();
+    let batch = to_record_batch(&rows, &InMemoryColumns::default()).unwrap();
+    let price = batch
+        .column_by_name("price")
+        .unwrap()
+        .as_primitive::<Float32Type>();
+    let emb = batch.column_by_name("emb").unwrap().as_fixed_size_list();
+    for (i, row) in rows.iter().enumerate() {
+        let j = logs
+            .iter()
+            .position(|l| Arc::ptr_eq(l, &row.features))
+            .unwrap();
+        let base = 1000.0 * j as f32 + row.row as f32;
+        if j % 3 == 2 {
+            assert!(price.is_null(i) && emb.is_null(i), "row {i}");
+            continue;
+        }
+        assert_eq!(price.value(i), base, "row {i}");
+        assert_eq!(
+            emb.value(i).as_primitive::<Float32Type>().values(),
+            &[base, -(row.row as f32)],
+            "row {i}"
+        );
+    }
 }
