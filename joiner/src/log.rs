@@ -383,7 +383,9 @@ impl ServedLog {
     /// decoded `field`, without reading them; `None` if it has no such values.
     fn float_cells<T, const W: usize>(
         &self,
-        (i, s, e): (usize, usize, usize),
+        i: usize,
+        s: usize,
+        e: usize,
         field: fn(&Values) -> &[T],
     ) -> Option<FloatCells<'_, T, W>> {
         if let Some(bytes) = self.packed(i, W as u8, s, e) {
@@ -396,7 +398,7 @@ impl ServedLog {
 
     /// Where FP32 values `s..e` of column `i` are; `None` if it has no such values.
     pub fn fp32_cells(&self, i: usize, s: usize, e: usize) -> Option<FloatCells<'_, f32, 4>> {
-        self.float_cells((i, s, e), |v| &v.fp32_values)
+        self.float_cells(i, s, e, |v| &v.fp32_values)
     }
 
     /// Appends FP32 values `s..e` of column `i` to `out`; false if it has no such values.
@@ -408,7 +410,7 @@ impl ServedLog {
 
     /// Appends FP64 values `s..e` of column `i` to `out`; false if it has no such values.
     pub fn fp64(&self, i: usize, s: usize, e: usize, out: &mut Vec<f64>) -> bool {
-        self.float_cells((i, s, e), |v| &v.fp64_values)
+        self.float_cells(i, s, e, |v| &v.fp64_values)
             .map(|c| c.append_to(out, f64::from_le_bytes))
             .is_some()
     }

@@ -198,10 +198,11 @@ fn width_of(rows: &[Row], key: &ColumnKey) -> usize {
         .unwrap_or(1)
 }
 
-/// The FP32 columns (nearly every feature of a ranking model), built together block of rows
-/// by block. A row's record is long out of cache when its row is written: the misses on its
-/// log, its cells and its bytes made reading cells the joiner's largest item in perf, and
-/// they cost least when many are in flight at once.
+/// The FP32 columns (nearly every feature of a ranking model), built together, a block of rows
+/// at a time. A row's record is long out of cache when its row is written, so reading its
+/// cells is a chain of misses (the log, its cells, its bytes), the joiner's largest item in
+/// perf. A block's cells are all found first and read after, in a short loop of independent
+/// loads that the CPU overlaps.
 pub(super) fn fp32_columns(rows: &[Row], keys: &[&ColumnKey]) -> Vec<ArrayRef> {
     let widths: Vec<usize> = keys.iter().map(|k| width_of(rows, k)).collect();
     let mut finders: Vec<Finder<'_>> = keys.iter().map(|k| Finder::new(k)).collect();
@@ -213,10 +214,6 @@ pub(super) fn fp32_columns(rows: &[Row], keys: &[&ColumnKey]) -> Vec<ArrayRef> {
         .iter()
         .map(|_| Vec::with_capacity(rows.len()))
         .collect();
-    // A block's cells are found first (the rows' logs and cell lists) and read after: the
-    // reads are then independent loads in a short loop, which the CPU overlaps. Reading each
-    // cell as it was found left one miss at a time in flight, and the load of the value was
-    // three quarters of this function's samples in perf.
     let mut cells: Vec<Option<FloatCells<'_, f32, 4>>> = Vec::with_capacity(BLOCK * keys.len());
     for block in rows.chunks(BLOCK) {
         cells.clear();
