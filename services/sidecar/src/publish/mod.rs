@@ -310,17 +310,25 @@ impl Publisher {
             if let Err(err) = shared.producer.flush(left) {
                 tracing::warn!(%err, "producer flush did not finish");
             }
-            let unacknowledged = shared.producer.in_flight_count().max(0) as usize;
-            if unacknowledged > 0 {
-                // Given up: purged now, their delivery reports count each as dropped
-                // (`delivery_failed`) before the shutdown returns, rather than whenever the
-                // producer happens to be dropped, which a process that exits never sees.
-                shared
-                    .producer
-                    .purge(PurgeConfig::default().queue().inflight());
-                let _ = shared.producer.flush(PURGE_REPORTS);
+            if shared.producer.in_flight_count() <= 0 {
+                return 0;
             }
-            unacknowledged
+            // Given up: purged now, their delivery reports count each as dropped
+            // (`delivery_failed`) before the shutdown returns, rather than whenever the
+            // producer happens to be dropped, which a process that exits never sees. The
+            // records left are counted from those reports: librdkafka's in-flight count also
+            // holds its own requests and events (an error event not served yet), which made a
+            // shutdown report a record more than it lost.
+            let failed_before = shared.metrics.delivery_errors.get();
+            shared
+                .producer
+                .purge(PurgeConfig::default().queue().inflight());
+            let _ = shared.producer.flush(PURGE_REPORTS);
+            shared
+                .metrics
+                .delivery_errors
+                .get()
+                .saturating_sub(failed_before) as usize
         })
         .await;
         joined.unwrap_or(0)
