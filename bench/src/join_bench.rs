@@ -21,7 +21,9 @@
 
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)]
 
-// The same allocator as the featurelog binary, so the joiner runs here as it runs there.
+// The same allocator as the featurelog binary, so the joiner runs here as it runs there
+// (bench/join-heap.sh builds without it, for heaptrack).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
