@@ -233,7 +233,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(prefix) = &args.delete_topics {
         return delete_topics(&kafka, prefix).await;
     }
-    let run = std::process::id();
+    let run = featurelog_bench::run_id();
     let (features, events, impressions) = match &args.topics {
         Some(spec) => {
             let (f, e) = spec

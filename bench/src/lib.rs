@@ -1,5 +1,15 @@
 //! Measuring helpers shared by the benchmarks.
 
+/// A name for this run's topics and consumer groups that no other run on the same broker has
+/// used: the process id alone repeats once ids wrap, and a joiner given a group name an earlier
+/// run used reads that run's repartition topic (its records and router progress) as its own.
+pub fn run_id() -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{millis}-{}", std::process::id())
+}
+
 /// CPU time of every thread of process `pid` (`None`: this process), in seconds, from
 /// `/proc/<pid>/task/*/schedstat`, whose first field is nanoseconds on the CPU: finer than the
 /// clock ticks of `/proc/<pid>/stat`.

@@ -216,7 +216,7 @@ async fn main() -> anyhow::Result<()> {
             (s, "embedded mock cluster")
         }
     };
-    let topic = format!("bench-{}", std::process::id());
+    let topic = format!("bench-{}", featurelog_bench::run_id());
     featurelog_kafka::admin::ensure_topic(
         &KafkaConfig::new(&bootstrap),
         &topic,
