@@ -316,9 +316,9 @@ impl Publisher {
             // Given up: purged now, their delivery reports count each as dropped
             // (`delivery_failed`) before the shutdown returns, rather than whenever the
             // producer happens to be dropped, which a process that exits never sees. The
-            // records left are counted from those reports: librdkafka's in-flight count also
-            // holds its own requests and events (an error event not served yet), which made a
-            // shutdown report a record more than it lost.
+            // records left are counted from those reports, not from librdkafka's in-flight
+            // count, which also holds its own requests and events (an error event not served
+            // yet) and so can exceed the records lost.
             let failed_before = shared.metrics.delivery_errors.get();
             shared
                 .producer
