@@ -1,4 +1,4 @@
-//! Operating the joiner: event partitions the apps add, start-up probes, missing topics, events far in the future, bad output paths, the hours a restarted joiner owes.
+//! Operating the joiner: event partitions the apps add, start-up probes, missing topics, a group used with a new output path, events far in the future, bad output paths, the hours a restarted joiner owes.
 
 use super::*;
 
@@ -107,6 +107,51 @@ pub(super) async fn a_missing_events_topic_is_named_with_who_must_create_it() {
     assert!(message.contains(&events), "{message}");
     assert!(message.contains("events topic"), "{message}");
     assert!(message.contains("the app"), "{message}");
+}
+
+/// A group serves one dataset. Started again with a new `output.path`, its tasks would read
+/// the old dataset's events and router progress from the repartition topic (the progress
+/// closing their windows before their own events came) while its router resumed where the
+/// old dataset's left off: the joiner refuses, naming the group and what to do, and writes
+/// nothing to the new path. The old dataset goes on under the same group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
+    let Some(kafka) = kafka("a_group_used_with_a_new_output_path_is_refused") else {
+        return;
+    };
+    let mut s = setup(kafka, 4, 1).await;
+    let group = s.kafka.unique_group("joiner-one-dataset");
+    let first = s.dir.path().join("dataset");
+    let config = s.joiner_config("first", &group, &first);
+    let joiner = Joiner::start(&config);
+    let d = wait_for_rows(&first, s.expected.len(), "the first dataset").await;
+    check_exact(&d, &s.expected, "the first dataset");
+    assert!(joiner.terminate().success());
+
+    // The same instance, as a redeployed joiner would be: a new static member would wait
+    // for the old one's session to time out.
+    let second = s.dir.path().join("dataset-2");
+    let config = s.joiner_config("first", &group, &second);
+    let config = featurelog_joiner::config::JoinerConfig::load(&config).unwrap();
+    let ended = tokio::time::timeout(
+        Duration::from_secs(120),
+        featurelog_joiner::run::run(config, tokio_util::sync::CancellationToken::new()),
+    )
+    .await
+    .expect("the joiner on the new path neither refused nor stopped");
+    let message = ended.unwrap_err().to_string();
+    assert!(message.contains(&group), "{message}");
+    assert!(message.contains("another dataset"), "{message}");
+    assert!(message.contains("new `group`"), "{message}");
+    assert_eq!(row_count(&read_dataset(&second)), 0, "rows in the new path");
+
+    // The first dataset, under the same group, joins what comes next.
+    let config = s.joiner_config("first", &group, &first);
+    let joiner = Joiner::start(&config);
+    send_wave(&mut s, 4..8).await;
+    let d = wait_for_rows(&first, s.expected.len(), "the first dataset, resumed").await;
+    check_exact(&d, &s.expected, "the first dataset, resumed");
+    assert!(joiner.terminate().success());
 }
 
 /// An event dated far ahead of the watermark (an impression in 2150: a wrong clock or unit) is

@@ -87,6 +87,13 @@ pub enum JoinError {
         /// The repartition topic's.
         found: i32,
     },
+    /// The repartition topic holds records routed for another dataset: the group was used
+    /// with another `output.path` (or the dataset was deleted and begun again).
+    #[error(
+        "partition {} of the repartition topic {:?} holds, at offset {}, events routed for another dataset (id {}), but this joiner writes the dataset at {} (id {}): group {:?} was used with another output.path. A group serves one dataset: its repartition topic holds that dataset's events and progress, and its router resumes where that dataset's left off, so joining on would lose rows. To begin a new dataset, give it a new `group`; to go on with the old one, set `output.path` back to it",
+        .0.partition, .0.topic, .0.offset, .0.found, .0.path, .0.expected, .0.group
+    )]
+    OtherDataset(Box<OtherDataset>),
     /// `input.events-partitioning = "by-request-id"`, but the events topic cannot be
     /// partitioned like the feature-log topic.
     #[error(
@@ -207,4 +214,23 @@ pub enum JoinError {
 /// Wraps a librdkafka error as [`JoinError::Client`], saying what the client was doing.
 pub(super) fn client(what: &'static str) -> impl FnOnce(RdKafkaError) -> JoinError {
     move |source| JoinError::Client { what, source }
+}
+
+/// Where a record routed for another dataset was found ([`JoinError::OtherDataset`]).
+#[derive(Debug)]
+pub struct OtherDataset {
+    /// The group.
+    pub group: String,
+    /// The repartition topic.
+    pub topic: String,
+    /// The partition of the record.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// The dataset id it was routed for.
+    pub found: String,
+    /// The dataset this joiner writes.
+    pub path: String,
+    /// Its id.
+    pub expected: String,
 }

@@ -13,12 +13,12 @@ use super::error::JoinError;
 use super::flush::commit_monitoring;
 use super::join::{Join, Running};
 use super::record::receive;
+use super::start::Started;
 use super::thread::Ticks;
 use super::tick::tick;
 use crate::align::Input;
 use crate::config::JoinerConfig;
 use crate::metrics::JoinMetrics;
-use crate::sink::Dataset;
 
 /// The join stage: one task per partition of the feature-log topic and the repartition topic.
 /// Reads the consumer's queues (its own also serves its rebalances and statistics) until the
@@ -26,21 +26,12 @@ use crate::sink::Dataset;
 /// `shutdown`.
 pub(super) fn join(
     config: Arc<JoinerConfig>,
-    dataset: Dataset,
-    partitions: i32,
-    event_sources: u32,
-    held_in_topic: bool,
+    started: Started,
     metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
-    let join = Join::new(
-        config,
-        dataset,
-        partitions,
-        event_sources,
-        held_in_topic,
-        metrics,
-    )?;
+    let event_sources = started.event_sources;
+    let join = Join::new(config, started, metrics)?;
     let mut running = Running {
         tasks: HashMap::new(),
         event_sources,

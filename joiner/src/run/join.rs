@@ -17,6 +17,7 @@ use super::inputs::Inputs;
 use super::queues::{Queues, Wake, queue_kbytes, waker};
 use super::reading::Positions;
 use super::recover::{follow_fence, recover};
+use super::start::Started;
 use super::task::Task;
 use crate::config::{EventsPartitioning, JoinerConfig};
 use crate::metrics::JoinMetrics;
@@ -26,6 +27,9 @@ use crate::sink::{Dataset, SinkError};
 pub(super) struct Join {
     pub(super) config: Arc<JoinerConfig>,
     pub(super) dataset: Dataset,
+    /// The dataset's id: a routed record marked with another is refused
+    /// ([`super::repartition::DATASET_HEADER`]).
+    pub(super) dataset_id: String,
     pub(super) metrics: Arc<JoinMetrics>,
     pub(super) consumer: Arc<BaseConsumer<JoinContext>>,
     /// The consumer's queue of each partition of each input, which the loop reads.
@@ -72,12 +76,16 @@ impl Join {
     /// Creates the join consumer, subscribed to both inputs, and the dead-letter producer.
     pub(super) fn new(
         config: Arc<JoinerConfig>,
-        dataset: Dataset,
-        partitions: i32,
-        event_sources: u32,
-        held_in_topic: bool,
+        started: Started,
         metrics: Arc<JoinMetrics>,
     ) -> Result<Self, JoinError> {
+        let Started {
+            partitions,
+            event_sources,
+            held_in_topic,
+            dataset,
+            dataset_id,
+        } = started;
         let kafka = &config.kafka;
         let features_topic = config.input.features_topic.clone();
         let partitioning = config.input.events_partitioning;
@@ -143,6 +151,7 @@ impl Join {
             i64::try_from(config.join.features_wait.as_micros()).unwrap_or(i64::MAX);
         Ok(Self {
             dataset,
+            dataset_id,
             metrics,
             consumer,
             queues,

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-pub use error::JoinError;
+pub use error::{JoinError, OtherDataset};
 pub use repartition::murmur2_partition;
 
 use crate::config::{EventsPartitioning, JoinerConfig};
@@ -102,12 +102,6 @@ async fn serve(
     draining: CancellationToken,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
-    let Started {
-        partitions,
-        event_sources,
-        held_in_topic,
-        dataset,
-    } = started;
     let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
 
     let stop = shutdown.child_token();
@@ -117,34 +111,21 @@ async fn serve(
     let router = (!direct).then(|| {
         restarting_after_fences(&metrics, || {
             let (config, metrics, stop) = (config.clone(), metrics.clone(), stop.clone());
+            let (partitions, dataset_id) = (started.partitions, started.dataset_id.clone());
             on_thread("featurelog-router", "router", move || {
-                router(config, partitions, metrics, stop)
+                router(config, partitions, dataset_id, metrics, stop)
             })
         })
     });
-    // A task reading its events partition directly has that one source of event time.
-    let event_sources = if direct {
-        1
-    } else {
-        u32::try_from(event_sources).unwrap_or(0)
-    };
     let join = restarting_after_fences(&metrics, || {
-        let (config, dataset, metrics, stop) = (
+        let (config, started, metrics, stop) = (
             config.clone(),
-            dataset.clone(),
+            started.clone(),
             metrics.clone(),
             stop.clone(),
         );
         on_thread("featurelog-join", "join stage", move || {
-            join(
-                config,
-                dataset,
-                partitions,
-                event_sources,
-                held_in_topic,
-                metrics,
-                stop,
-            )
+            join(config, started, metrics, stop)
         })
     });
     // Whichever stage ends first, on an error or not, the other stops too: a router that

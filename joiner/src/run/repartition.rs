@@ -61,6 +61,35 @@ pub(super) struct RoutedEvents {
 
 pub(super) const EVENTS_HEADER: &str = "featurelog-events";
 
+/// The header that marks every record of the repartition topic with the id of the dataset it
+/// was routed for ([`crate::sink::Dataset::recorded_id`]). A group's repartition topic and
+/// its router's offsets serve one dataset: a task that finds another dataset's records (the
+/// group reused for a new `output.path`) refuses them instead of joining against that
+/// dataset's events and progress.
+pub(super) const DATASET_HEADER: &str = "featurelog-dataset";
+
+/// Where the router sends: the repartition topic, for one dataset.
+pub(super) struct RepartitionTopic {
+    pub(super) name: String,
+    /// The dataset's id, in every record's [`DATASET_HEADER`].
+    pub(super) dataset: String,
+}
+
+impl RepartitionTopic {
+    /// The headers of a record of kind `kind` ([`EVENTS_HEADER`] or [`PROGRESS_HEADER`]).
+    pub(super) fn headers(&self, kind: &'static str) -> OwnedHeaders {
+        OwnedHeaders::new_with_capacity(2)
+            .insert(Header {
+                key: kind,
+                value: Some("1"),
+            })
+            .insert(Header {
+                key: DATASET_HEADER,
+                value: Some(self.dataset.as_str()),
+            })
+    }
+}
+
 /// A batch is sent when it holds this many events or bytes (well under the topic's default
 /// 1 MB message limit), and in any case before a transaction commits.
 pub(super) const BATCH_EVENTS: usize = 1000;
@@ -110,7 +139,7 @@ impl Batches {
     pub(super) fn add(
         &mut self,
         producer: &BaseProducer,
-        topic: &str,
+        to: &RepartitionTopic,
         partition: i32,
         event: &Impression,
     ) -> Result<(), JoinError> {
@@ -120,15 +149,19 @@ impl Batches {
         *n += 1;
         if *n >= BATCH_EVENTS || buf.len() >= BATCH_BYTES {
             let (buf, _) = self.open.remove(&partition).unwrap_or_default();
-            send_batch(producer, topic, partition, &buf)?;
+            send_batch(producer, to, partition, &buf)?;
         }
         Ok(())
     }
 
     /// Sends every open batch.
-    pub(super) fn flush(&mut self, producer: &BaseProducer, topic: &str) -> Result<(), JoinError> {
+    pub(super) fn flush(
+        &mut self,
+        producer: &BaseProducer,
+        to: &RepartitionTopic,
+    ) -> Result<(), JoinError> {
         for (partition, (buf, _)) in self.open.drain() {
-            send_batch(producer, topic, partition, &buf)?;
+            send_batch(producer, to, partition, &buf)?;
         }
         Ok(())
     }
@@ -136,17 +169,14 @@ impl Batches {
 
 pub(super) fn send_batch(
     producer: &BaseProducer,
-    topic: &str,
+    to: &RepartitionTopic,
     partition: i32,
     buf: &[u8],
 ) -> Result<(), JoinError> {
-    let record = BaseRecord::<str, [u8]>::to(topic)
+    let record = BaseRecord::<str, [u8]>::to(&to.name)
         .partition(partition)
         .payload(buf)
-        .headers(OwnedHeaders::new().insert(Header {
-            key: EVENTS_HEADER,
-            value: Some("1"),
-        }));
+        .headers(to.headers(EVENTS_HEADER));
     send_waiting(producer, record, "routing events")?;
     // Serves the delivery reports of the batches sent so far: one a batch, so the router
     // need not poll its producer for every event it reads.
@@ -190,4 +220,13 @@ pub(super) fn has_header(message: &rdkafka::message::BorrowedMessage<'_>, key: &
     message
         .headers()
         .is_some_and(|h| h.iter().any(|h| h.key == key))
+}
+
+/// The value of `message`'s header `key`, when it has one with a value.
+pub(super) fn header_value<'a>(
+    message: &'a rdkafka::message::BorrowedMessage<'_>,
+    key: &str,
+) -> Option<&'a [u8]> {
+    use rdkafka::message::Headers;
+    message.headers()?.iter().find(|h| h.key == key)?.value
 }

@@ -11,15 +11,15 @@ use prost::Message as _;
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
-use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
 use super::consumer::{EVENTS_FETCH, JoinContext, fatal, group_consumer};
 use super::error::{JoinError, client};
 use super::repartition::{
-    Batches, PROGRESS_HEADER, RouterProgress, murmur2_partition, send_waiting, source_id,
-    to_impression,
+    Batches, PROGRESS_HEADER, RepartitionTopic, RouterProgress, murmur2_partition, send_waiting,
+    source_id, to_impression,
 };
 use super::router_progress::{Source, router_progress};
 use super::router_txn::{after_revoke, commit_router};
@@ -39,10 +39,11 @@ const TICK: Duration = Duration::from_millis(250);
 pub(super) fn router(
     config: Arc<JoinerConfig>,
     partitions: i32,
+    dataset_id: String,
     metrics: Arc<JoinMetrics>,
     shutdown: CancellationToken,
 ) -> Result<(), JoinError> {
-    let router = Router::start(config, partitions, metrics, shutdown)?;
+    let router = Router::start(config, partitions, dataset_id, metrics, shutdown)?;
     let mut routing = Routing::default();
     let mut ticks = Ticks::new(TICK);
     loop {
@@ -81,7 +82,7 @@ struct Router {
     shutdown: CancellationToken,
     consumer: BaseConsumer<JoinContext>,
     producer: Arc<BaseProducer>,
-    repartition: String,
+    repartition: RepartitionTopic,
 }
 
 /// What the router gathered for its open transaction, and the progress it last reported.
@@ -100,6 +101,7 @@ impl Router {
     fn start(
         config: Arc<JoinerConfig>,
         partitions: i32,
+        dataset_id: String,
         metrics: Arc<JoinMetrics>,
         shutdown: CancellationToken,
     ) -> Result<Self, JoinError> {
@@ -158,7 +160,10 @@ impl Router {
             .begin_transaction()
             .map_err(client("beginning a transaction"))?;
         let _ = consumer.context().router.set(producer.clone());
-        let repartition = config.repartition_topic();
+        let repartition = RepartitionTopic {
+            name: config.repartition_topic(),
+            dataset: dataset_id,
+        };
         Ok(Self {
             config,
             partitions,
@@ -230,13 +235,10 @@ impl Router {
         }
         .encode_to_vec();
         for partition in 0..self.partitions {
-            let record = BaseRecord::<str, [u8]>::to(&self.repartition)
+            let record = BaseRecord::<str, [u8]>::to(&self.repartition.name)
                 .partition(partition)
                 .payload(&bytes)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: PROGRESS_HEADER,
-                    value: Some("1"),
-                }));
+                .headers(self.repartition.headers(PROGRESS_HEADER));
             send_waiting(&self.producer, record, "reporting router progress")?;
         }
         Ok(())

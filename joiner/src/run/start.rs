@@ -11,11 +11,16 @@ use super::supervise::outcome;
 use crate::config::{EventsPartitioning, HeldLogs, JoinerConfig, OutputFormat};
 use crate::sink::Dataset;
 /// What start-up found out.
+#[derive(Clone)]
 pub(super) struct Started {
     pub(super) partitions: i32,
-    pub(super) event_sources: i32,
+    /// The sources of each task's events watermark: every partition of every events topic,
+    /// or the task's own events partition when the events are co-partitioned.
+    pub(super) event_sources: u32,
     pub(super) held_in_topic: bool,
     pub(super) dataset: Dataset,
+    /// The dataset's id ([`Dataset::recorded_id`]), which marks its repartition records.
+    pub(super) dataset_id: String,
 }
 
 /// Checks the topics and the dataset before either stage runs, creating the repartition and
@@ -67,6 +72,10 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
             });
         }
     }
+    let dataset_id = {
+        let handle = dataset.clone();
+        start_up_io(move || Ok(handle.recorded_id()?)).await?
+    };
     {
         let handle = dataset.clone();
         let recorded = start_up_io(move || Ok(handle.recorded_partition_by_model()?)).await?;
@@ -155,12 +164,18 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
         })
         .await?;
     }
-    tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, "joiner starting");
+    tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, %dataset_id, "joiner starting");
     Ok(Started {
         partitions,
-        event_sources,
+        // A task reading its events partition directly has that one source of event time.
+        event_sources: if direct {
+            1
+        } else {
+            u32::try_from(event_sources).unwrap_or(0)
+        },
         held_in_topic,
         dataset,
+        dataset_id,
     })
 }
 

@@ -14,7 +14,8 @@
 //!   to, and `signed.rs`, the signed column types its files hold;
 //! - `upkeep.rs`: the Delta table's upkeep after each completeness pass, with `compact.rs`
 //!   (rewriting a complete hour's small files) and `vacuum.rs` (deleting files no reader needs);
-//! - `records.rs`: what the first joiner recorded (partition count, layout, events topics);
+//! - `records.rs`: what the first joiner recorded (partition count, layout, events topics, the
+//!   dataset's id);
 //! - `common_metadata.rs`: `_common_metadata`, every column of the data files, for readers;
 //! - `storage.rs`: the primitives the protocol is built from, and `store.rs`, their one
 //!   implementation over object_store (a local directory, S3, in-memory in unit tests);

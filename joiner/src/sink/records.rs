@@ -2,7 +2,7 @@
 //! configuration against: the feature topic's partition count (docs/JOINER.md, "Partition
 //! counts"), the partition layout and the events topics. The dataset's checkpoints and paths
 //! depend on them, so the caller refuses to start on a mismatch (events topics may only be
-//! appended to).
+//! appended to). Also the dataset's id, which marks the records routed for it.
 
 use super::Dataset;
 use super::error::SinkError;
@@ -33,6 +33,28 @@ impl Dataset {
             .ok_or_else(|| SinkError::Checkpoint {
                 path: self.storage.describe(&name),
                 problem: "not a partition count record (`{\"partitions\": N}`)".into(),
+            })
+    }
+
+    /// This dataset's id, drawn by the first joiner that ran on it and kept in
+    /// `_featurelog/dataset.json`. The router marks every repartition record with it, so that
+    /// a task refuses another dataset's records (a group reused with a new `output.path`).
+    /// A copy of the dataset, with its checkpoints, keeps the id and goes on where it was.
+    pub fn recorded_id(&self) -> Result<String, SinkError> {
+        let name = "_featurelog/dataset.json";
+        let id = uuid::Uuid::new_v4().to_string();
+        let record = serde_json::json!({ "id": id });
+        if self.storage.create(name, record.to_string().into_bytes())? {
+            return Ok(id);
+        }
+        let text = self.storage.get(name)?;
+        serde_json::from_slice::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| Some(v.get("id")?.as_str()?.to_owned()))
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| SinkError::Checkpoint {
+                path: self.storage.describe(name),
+                problem: "not a dataset id record (`{\"id\": \"...\"}`)".into(),
             })
     }
 
@@ -177,6 +199,20 @@ mod tests {
         let table = crate::sink::delta::DeltaTable::local(dir2.path()).unwrap();
         let now = on_memory(&old, SinkOptions::default()).with_delta(table);
         assert!(!now.recorded_delta().unwrap());
+    }
+
+    #[test]
+    fn a_dataset_keeps_the_id_it_was_first_given() {
+        let store = memory();
+        let id = on_memory(&store, SinkOptions::default())
+            .recorded_id()
+            .unwrap();
+        assert_eq!(id.len(), 36, "{id}");
+        // Another process on the same dataset reads the same id; another dataset has its own.
+        let again = on_memory(&store, SinkOptions::default());
+        assert_eq!(again.recorded_id().unwrap(), id);
+        let other = on_memory(&memory(), SinkOptions::default());
+        assert_ne!(other.recorded_id().unwrap(), id);
     }
 
     #[test]
