@@ -95,25 +95,18 @@ pub(super) async fn a_missing_events_topic_is_named_with_who_must_create_it() {
         &kafka.unique_group("dead-letters"),
         &dir.path().join("out"),
     );
-    let config = featurelog_joiner::config::JoinerConfig::load(&config).unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let ended = tokio::time::timeout(
-        Duration::from_secs(120),
-        featurelog_joiner::run::run(config, shutdown),
-    )
-    .await
-    .expect("the start-up did not end");
-    let message = ended.unwrap_err().to_string();
+    let message = refusal(&config).await;
     assert!(message.contains(&events), "{message}");
     assert!(message.contains("events topic"), "{message}");
     assert!(message.contains("the app"), "{message}");
 }
 
-/// A group serves one dataset. Started again with a new `output.path`, its tasks would read
-/// the old dataset's events and router progress from the repartition topic (the progress
-/// closing their windows before their own events came) while its router resumed where the
-/// old dataset's left off: the joiner refuses, naming the group and what to do, and writes
-/// nothing to the new path. The old dataset goes on under the same group.
+/// A group serves one dataset. Started under it with a new `output.path`, the join consumer
+/// would begin each partition at the group's offsets (skipping every record before them), or,
+/// without them, its tasks would read the old dataset's events and router progress from the
+/// repartition topic (the progress closing their windows before their own events came): the
+/// joiner refuses either way, naming the group and what to do, and writes nothing to the new
+/// path. The old dataset goes on under the group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
     let Some(kafka) = kafka("a_group_used_with_a_new_output_path_is_refused") else {
@@ -121,37 +114,93 @@ pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
     };
     let mut s = setup(kafka, 4, 1).await;
     let group = s.kafka.unique_group("joiner-one-dataset");
+    // Dynamic members leave the group when they stop, so that it can be deleted below.
+    let config = |name: &str, out: &Path| {
+        let config = s.joiner_config(name, &group, out);
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, format!("static-membership = false\n{text}")).unwrap();
+        config
+    };
     let first = s.dir.path().join("dataset");
-    let config = s.joiner_config("first", &group, &first);
-    let joiner = Joiner::start(&config);
+    let joiner = Joiner::start(&config("first", &first));
     let d = wait_for_rows(&first, s.expected.len(), "the first dataset").await;
     check_exact(&d, &s.expected, "the first dataset");
+    wait_group_offsets(&s.kafka.config, &group, &s.features).await;
     assert!(joiner.terminate().success());
 
-    // The same instance, as a redeployed joiner would be: a new static member would wait
-    // for the old one's session to time out.
+    // The group's offsets are ahead of the new dataset's (none).
     let second = s.dir.path().join("dataset-2");
-    let config = s.joiner_config("first", &group, &second);
-    let config = featurelog_joiner::config::JoinerConfig::load(&config).unwrap();
-    let ended = tokio::time::timeout(
-        Duration::from_secs(120),
-        featurelog_joiner::run::run(config, tokio_util::sync::CancellationToken::new()),
-    )
-    .await
-    .expect("the joiner on the new path neither refused nor stopped");
-    let message = ended.unwrap_err().to_string();
-    assert!(message.contains(&group), "{message}");
-    assert!(message.contains("another dataset"), "{message}");
-    assert!(message.contains("new `group`"), "{message}");
+    let says = |message: &str, why: &str| {
+        for part in [&group, why, "used with another output.path", "new `group`"] {
+            assert!(message.contains(part), "{part:?} not in {message}");
+        }
+    };
+    says(
+        &refusal(&config("second", &second)).await,
+        "committed offset",
+    );
+
+    // Without them, the repartition topic still holds the first dataset's records.
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        s.kafka.config.client_config(&[]).create().unwrap();
+    let deleted = admin
+        .delete_groups(&[&group], &rdkafka::admin::AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(deleted.iter().all(Result::is_ok), "{deleted:?}");
+    says(
+        &refusal(&config("third", &second)).await,
+        "routed for another dataset",
+    );
     assert_eq!(row_count(&read_dataset(&second)), 0, "rows in the new path");
 
     // The first dataset, under the same group, joins what comes next.
-    let config = s.joiner_config("first", &group, &first);
-    let joiner = Joiner::start(&config);
+    let joiner = Joiner::start(&config("first", &first));
     send_wave(&mut s, 4..8).await;
     let d = wait_for_rows(&first, s.expected.len(), "the first dataset, resumed").await;
     check_exact(&d, &s.expected, "the first dataset, resumed");
     assert!(joiner.terminate().success());
+}
+
+/// Waits until `group` has committed an offset of `topic`.
+async fn wait_group_offsets(kafka: &KafkaConfig, group: &str, topic: &str) {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let consumer: BaseConsumer = kafka
+        .client_config(&[("group.id", group), ("enable.auto.commit", "false")])
+        .create()
+        .unwrap();
+    let partitions = record_ends(kafka, topic).len() as i32;
+    let mut list = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition(topic, p);
+    }
+    let committed = featurelog_testkit::eventually(Duration::from_secs(60), || {
+        consumer
+            .committed_offsets(list.clone(), Duration::from_secs(10))
+            .is_ok_and(|l| {
+                l.elements()
+                    .iter()
+                    .any(|e| matches!(e.offset(), rdkafka::Offset::Offset(o) if o > 0))
+            })
+    })
+    .await;
+    assert!(committed, "{group} committed no offset of {topic}");
+}
+
+/// Runs a joiner on `config` in this process, expecting it to stop on an error by itself
+/// within two minutes: the error's message.
+async fn refusal(config: &Path) -> String {
+    let config = featurelog_joiner::config::JoinerConfig::load(config).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let ended = tokio::time::timeout(
+        Duration::from_secs(120),
+        featurelog_joiner::run::run(config, shutdown),
+    )
+    .await
+    .expect("the joiner neither refused nor stopped");
+    ended
+        .expect_err("the joiner stopped without an error")
+        .to_string()
 }
 
 /// An event dated far ahead of the watermark (an impression in 2150: a wrong clock or unit) is

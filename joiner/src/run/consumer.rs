@@ -51,6 +51,25 @@ pub(super) fn fatal(
     }
 }
 
+/// Serves the rebalance events still queued on `consumer`, for a stage to call before it drops
+/// the consumer. An assignment left unserved when the drop closes the consumer made the close
+/// wait for ever: served during the close, the rebalance callback asks librdkafka for the
+/// rebalance protocol, and no answer comes (librdkafka issues 4041 and 4884). A stage that
+/// stopped before its first poll (an error or a signal during the start-up) left its first
+/// assignment there. Records still queued are dropped: nothing commits them.
+pub(super) fn serve_before_close(consumer: &BaseConsumer<JoinContext>) {
+    // `poll` answers None both for an empty queue and for a served event: a rebalance comes
+    // as at most a revoke and an assignment, so four Nones in a row leave none queued.
+    let mut nones = 0;
+    for _ in 0..100_000 {
+        match consumer.poll(Duration::ZERO) {
+            Some(_) => nones = 0,
+            None if nones == 3 => return,
+            None => nones += 1,
+        }
+    }
+}
+
 /// How long the rebalance callback may spend aborting the router's transaction.
 pub(super) const REVOKE_ABORT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -94,6 +94,25 @@ pub enum JoinError {
         .0.partition, .0.topic, .0.offset, .0.found, .0.path, .0.expected, .0.group
     )]
     OtherDataset(Box<OtherDataset>),
+    /// The group has committed an offset beyond the dataset's checkpoint: it was used with
+    /// another `output.path` (or the dataset was deleted, or restored from an older copy).
+    #[error(
+        "group {group:?} has committed offset {committed} of partition {partition} of {topic:?}, but the dataset at {path} is checkpointed only to {checkpoint} there: the group was used with another output.path (or this dataset was deleted, or restored from an older copy). The joiner starts each partition at the group's offset, so joining on would skip every record before it. To begin a new dataset, give it a new `group`; to go on with the old one, set `output.path` back to it"
+    )]
+    GroupAhead {
+        /// The group.
+        group: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The group's committed offset.
+        committed: i64,
+        /// The dataset's checkpointed offset (0 without a checkpoint).
+        checkpoint: i64,
+        /// The dataset.
+        path: String,
+    },
     /// `input.events-partitioning = "by-request-id"`, but the events topic cannot be
     /// partitioned like the feature-log topic.
     #[error(

@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::BaseProducer;
 
-use super::consumer::{EVENTS_FETCH, JoinContext, group_consumer};
+use super::consumer::{EVENTS_FETCH, JoinContext, group_consumer, serve_before_close};
 use super::error::{JoinError, client};
 use super::flush::flush;
 use super::inputs::Inputs;
@@ -71,6 +71,12 @@ pub(super) type MarkerPass = Result<(Vec<String>, Vec<String>), SinkError>;
 
 /// How often alignment may ask whether one of a task's inputs has records left to read.
 const UNREAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Drop for Join {
+    fn drop(&mut self) {
+        serve_before_close(&self.consumer);
+    }
+}
 
 impl Join {
     /// Creates the join consumer, subscribed to both inputs, and the dead-letter producer.

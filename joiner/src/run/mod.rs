@@ -18,6 +18,7 @@ mod consumer;
 mod error;
 mod event_loop;
 mod flush;
+mod group_offsets;
 mod inputs;
 mod join;
 mod partitions;

@@ -15,7 +15,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
-use super::consumer::{EVENTS_FETCH, JoinContext, fatal, group_consumer};
+use super::consumer::{EVENTS_FETCH, JoinContext, fatal, group_consumer, serve_before_close};
 use super::error::{JoinError, client};
 use super::repartition::{
     Batches, PROGRESS_HEADER, RepartitionTopic, RouterProgress, murmur2_partition, send_waiting,
@@ -94,6 +94,12 @@ struct Routing {
     sources: HashMap<i32, Source>,
     reported: BTreeMap<i32, i64>,
     batches: Batches,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        serve_before_close(&self.consumer);
+    }
 }
 
 impl Router {

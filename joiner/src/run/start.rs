@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::JoinError;
+use super::group_offsets::check_group_offsets;
 use super::recover::same_partitioning;
 use super::supervise::outcome;
 use crate::config::{EventsPartitioning, HeldLogs, JoinerConfig, OutputFormat};
@@ -145,6 +146,10 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
             Duration::from_secs(30),
         )
         .await?;
+    }
+    {
+        let (config, dataset) = (config.clone(), dataset.clone());
+        start_up_io(move || check_group_offsets(&config, &dataset, partitions)).await?;
     }
     let held_in_topic = held_logs_in_topic(config).await?;
     // Before any group is joined: a dataset written with the other events-partitioning is
