@@ -95,7 +95,15 @@ pub(super) async fn a_missing_events_topic_is_named_with_who_must_create_it() {
         &kafka.unique_group("dead-letters"),
         &dir.path().join("out"),
     );
-    let message = refusal(&config).await;
+    let config = featurelog_joiner::config::JoinerConfig::load(&config).unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let ended = tokio::time::timeout(
+        Duration::from_secs(120),
+        featurelog_joiner::run::run(config, shutdown),
+    )
+    .await
+    .expect("the start-up did not end");
+    let message = ended.unwrap_err().to_string();
     assert!(message.contains(&events), "{message}");
     assert!(message.contains("events topic"), "{message}");
     assert!(message.contains("the app"), "{message}");
@@ -130,13 +138,14 @@ pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
 
     // The group's offsets are ahead of the new dataset's (none).
     let second = s.dir.path().join("dataset-2");
-    let says = |message: &str, why: &str| {
+    let says = |(code, stderr): (Option<i32>, String), why: &str| {
+        assert_eq!(code, Some(1), "{stderr}");
         for part in [&group, why, "used with another output.path", "new `group`"] {
-            assert!(message.contains(part), "{part:?} not in {message}");
+            assert!(stderr.contains(part), "{part:?} not in {stderr}");
         }
     };
     says(
-        &refusal(&config("second", &second)).await,
+        refused(&config("second", &second)).await,
         "committed offset",
     );
 
@@ -149,7 +158,7 @@ pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
         .unwrap();
     assert!(deleted.iter().all(Result::is_ok), "{deleted:?}");
     says(
-        &refusal(&config("third", &second)).await,
+        refused(&config("third", &second)).await,
         "routed for another dataset",
     );
     assert_eq!(row_count(&read_dataset(&second)), 0, "rows in the new path");
@@ -185,22 +194,6 @@ async fn wait_group_offsets(kafka: &KafkaConfig, group: &str, topic: &str) {
     })
     .await;
     assert!(committed, "{group} committed no offset of {topic}");
-}
-
-/// Runs a joiner on `config` in this process, expecting it to stop on an error by itself
-/// within two minutes: the error's message.
-async fn refusal(config: &Path) -> String {
-    let config = featurelog_joiner::config::JoinerConfig::load(config).unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let ended = tokio::time::timeout(
-        Duration::from_secs(120),
-        featurelog_joiner::run::run(config, shutdown),
-    )
-    .await
-    .expect("the joiner neither refused nor stopped");
-    ended
-        .expect_err("the joiner stopped without an error")
-        .to_string()
 }
 
 /// An event dated far ahead of the watermark (an impression in 2150: a wrong clock or unit) is

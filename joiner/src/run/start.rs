@@ -1,6 +1,6 @@
 //! Start-up: the topic and dataset checks that must pass before either stage runs (partition
 //! counts, the events topics and layout the dataset was written with, the repartition and
-//! dead-letter topics), and where held feature logs are kept.
+//! dead-letter topics, the group's offsets), and where held feature logs are kept.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,10 +147,6 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
         )
         .await?;
     }
-    {
-        let (config, dataset) = (config.clone(), dataset.clone());
-        start_up_io(move || check_group_offsets(&config, &dataset, partitions)).await?;
-    }
     let held_in_topic = held_logs_in_topic(config).await?;
     // Before any group is joined: a dataset written with the other events-partitioning is
     // refused here, not only when one of its tasks is assigned, which a static member keeping
@@ -168,6 +164,11 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
             Ok(())
         })
         .await?;
+    }
+    // After the partitioning check, whose error says more when the events input changed.
+    {
+        let (config, dataset) = (config.clone(), dataset.clone());
+        start_up_io(move || check_group_offsets(&config, &dataset, partitions)).await?;
     }
     tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, %dataset_id, "joiner starting");
     Ok(Started {
