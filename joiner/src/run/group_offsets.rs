@@ -31,31 +31,30 @@ pub(super) fn check_group_offsets(
     // commit meanwhile.
     let committed = committed_offsets(config, &[&features, &events], partitions)?;
     let key = events_key(config.input.events_partitioning);
+    let at = |topic: &str, p: i32| match committed.find_partition(topic, p)?.offset() {
+        Offset::Offset(at) if at > 0 => Some(at),
+        _ => None,
+    };
     for p in 0..partitions {
+        let ours = [(&features, "features"), (&events, key)].map(|(t, k)| (t, k, at(t, p)));
+        // A partition the group committed nothing of needs no checkpoint read: a fresh group
+        // costs the dataset no request.
+        if ours.iter().all(|(_, _, at)| at.is_none()) {
+            continue;
+        }
         let checkpoint = dataset.latest_checkpoint(&format!("{features}-{p}"))?;
-        let checkpointed = |k: &str| {
-            checkpoint
+        for (topic, k, committed) in ours {
+            let checkpointed = checkpoint
                 .as_ref()
                 .and_then(|cp| cp.offsets.get(k).copied())
-                .unwrap_or(0)
-        };
-        for (topic, k) in [(&features, "features"), (&events, key)] {
-            let Some(at) = committed
-                .find_partition(topic, p)
-                .and_then(|e| match e.offset() {
-                    Offset::Offset(at) => Some(at),
-                    _ => None,
-                })
-            else {
-                continue;
-            };
-            if at > checkpointed(k) {
+                .unwrap_or(0);
+            if let Some(committed) = committed.filter(|&at| at > checkpointed) {
                 return Err(JoinError::GroupAhead {
                     group: config.group.clone(),
                     topic: topic.clone(),
                     partition: p,
-                    committed: at,
-                    checkpoint: checkpointed(k),
+                    committed,
+                    checkpoint: checkpointed,
                     path: dataset.root().display().to_string(),
                 });
             }
