@@ -171,26 +171,12 @@ pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
     assert!(joiner.terminate().success());
 }
 
-/// Waits until `group` has committed an offset of `topic`.
+/// Waits until `group` has committed an offset of `topic`: its lag is below the topic's length.
 async fn wait_group_offsets(kafka: &KafkaConfig, group: &str, topic: &str) {
-    use rdkafka::consumer::{BaseConsumer, Consumer as _};
-    let consumer: BaseConsumer = kafka
-        .client_config(&[("group.id", group), ("enable.auto.commit", "false")])
-        .create()
-        .unwrap();
-    let partitions = record_ends(kafka, topic).len() as i32;
-    let mut list = rdkafka::TopicPartitionList::new();
-    for p in 0..partitions {
-        list.add_partition(topic, p);
-    }
+    let ends = record_ends(kafka, topic);
+    let length: i64 = ends.iter().sum();
     let committed = featurelog_testkit::eventually(Duration::from_secs(60), || {
-        consumer
-            .committed_offsets(list.clone(), Duration::from_secs(10))
-            .is_ok_and(|l| {
-                l.elements()
-                    .iter()
-                    .any(|e| matches!(e.offset(), rdkafka::Offset::Offset(o) if o > 0))
-            })
+        group_lag(kafka, group, topic, ends.len() as i32).is_some_and(|lag| lag < length)
     })
     .await;
     assert!(committed, "{group} committed no offset of {topic}");
