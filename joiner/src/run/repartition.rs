@@ -216,10 +216,7 @@ pub(super) fn source_id(index: usize, partition: i32) -> i32 {
 
 /// Whether `message` has a header `key`.
 pub(super) fn has_header(message: &rdkafka::message::BorrowedMessage<'_>, key: &str) -> bool {
-    use rdkafka::message::Headers;
-    message
-        .headers()
-        .is_some_and(|h| h.iter().any(|h| h.key == key))
+    header(message, key).is_some()
 }
 
 /// The value of `message`'s header `key`, when it has one with a value.
@@ -227,6 +224,14 @@ pub(super) fn header_value<'a>(
     message: &'a rdkafka::message::BorrowedMessage<'_>,
     key: &str,
 ) -> Option<&'a [u8]> {
+    header(message, key)?.value
+}
+
+/// `message`'s first header `key`.
+fn header<'a>(
+    message: &'a rdkafka::message::BorrowedMessage<'_>,
+    key: &str,
+) -> Option<rdkafka::message::Header<'a, &'a [u8]>> {
     use rdkafka::message::Headers;
-    message.headers()?.iter().find(|h| h.key == key)?.value
+    message.headers()?.iter().find(|h| h.key == key)
 }
