@@ -257,6 +257,12 @@ impl JoinerConfig {
         Ok(config)
     }
 
+    /// The consumer group of the router, which reads the events topics and commits its
+    /// offsets in its transactions.
+    pub fn router_group(&self) -> String {
+        format!("{}.router", self.group)
+    }
+
     /// The repartition topic.
     pub fn repartition_topic(&self) -> String {
         format!("{}.impressions-by-request", self.group)

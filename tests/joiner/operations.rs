@@ -110,11 +110,12 @@ pub(super) async fn a_missing_events_topic_is_named_with_who_must_create_it() {
 }
 
 /// A group serves one dataset. Started under it with a new `output.path`, the join consumer
-/// would begin each partition at the group's offsets (skipping every record before them), or,
-/// without them, its tasks would read the old dataset's events and router progress from the
-/// repartition topic (the progress closing their windows before their own events came): the
-/// joiner refuses either way, naming the group and what to do, and writes nothing to the new
-/// path. The old dataset goes on under the group.
+/// would begin each partition at the group's offsets (skipping every record before them), the
+/// router would resume after every event the old dataset had, or, without their offsets, its
+/// tasks would read the old dataset's events and router progress from the repartition topic
+/// (the progress closing their windows before their own events came): the joiner refuses each
+/// way at start-up, naming the group and what to do, and writes nothing to the new path or to
+/// the group. The old dataset goes on under the group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
     let Some(kafka) = kafka("a_group_used_with_a_new_output_path_is_refused") else {
@@ -149,26 +150,48 @@ pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
         "committed offset",
     );
 
-    // Without them, the repartition topic still holds the first dataset's records.
+    // Without them, the router's offsets are the first dataset's.
     let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
         s.kafka.config.client_config(&[]).create().unwrap();
-    let deleted = admin
-        .delete_groups(&[&group], &rdkafka::admin::AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(deleted.iter().all(Result::is_ok), "{deleted:?}");
+    let delete = |group: String| {
+        let admin = &admin;
+        async move {
+            let deleted = admin
+                .delete_groups(&[&group], &rdkafka::admin::AdminOptions::new())
+                .await
+                .unwrap();
+            assert!(deleted.iter().all(Result::is_ok), "{deleted:?}");
+        }
+    };
+    delete(group.clone()).await;
     says(
         refused(&config("third", &second)).await,
-        "routed for another dataset",
+        "the router of group",
     );
-    assert_eq!(row_count(&read_dataset(&second)), 0, "rows in the new path");
 
-    // The first dataset, under the same group, joins what comes next.
+    // The first dataset, under the same group, joins what comes next: its router's offsets
+    // carry its id.
+    let fourth = config("fourth", &second);
     let joiner = Joiner::start(&config("first", &first));
     send_wave(&mut s, 4..8).await;
     let d = wait_for_rows(&first, s.expected.len(), "the first dataset, resumed").await;
     check_exact(&d, &s.expected, "the first dataset, resumed");
     assert!(joiner.terminate().success());
+
+    // Without either group's offsets, the repartition topic still holds the first dataset's
+    // records.
+    delete(group.clone()).await;
+    delete(format!("{group}.router")).await;
+    let repartition = format!("{group}.impressions-by-request");
+    let routed = record_ends(&s.kafka.config, &repartition);
+    says(refused(&fourth).await, "routed for another dataset");
+    assert_eq!(row_count(&read_dataset(&second)), 0, "rows in the new path");
+    // Refused before its router started: the first dataset's records are the topic's last.
+    assert_eq!(
+        record_ends(&s.kafka.config, &repartition),
+        routed,
+        "events routed for the new path"
+    );
 }
 
 /// Waits until `group` has committed an offset of `topic`: its lag is below the topic's length.

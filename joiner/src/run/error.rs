@@ -94,6 +94,13 @@ pub enum JoinError {
         .0.partition, .0.topic, .0.offset, .0.found, .0.path, .0.expected, .0.group
     )]
     OtherDataset(Box<OtherDataset>),
+    /// The router's group has committed an offset for another dataset: the group was used
+    /// with another `output.path`, and the router would resume where that dataset's left off.
+    #[error(
+        "the router of group {:?} has committed offset {} of partition {} of the events topic {:?} for another dataset (id {}), but this joiner writes the dataset at {} (id {}): the group was used with another output.path. The router would resume reading events where that dataset's left off, so the new dataset would lack every event before them. To begin a new dataset, give it a new `group`; to go on with the old one, set `output.path` back to it",
+        .0.group, .0.offset, .0.partition, .0.topic, .0.found, .0.path, .0.expected
+    )]
+    RouterOtherDataset(Box<OtherDataset>),
     /// The group has committed an offset beyond the dataset's checkpoint: it was used with
     /// another `output.path` (or the dataset was deleted, or restored from an older copy).
     #[error(
@@ -235,18 +242,20 @@ pub(super) fn client(what: &'static str) -> impl FnOnce(RdKafkaError) -> JoinErr
     move |source| JoinError::Client { what, source }
 }
 
-/// Where a record routed for another dataset was found ([`JoinError::OtherDataset`]).
+/// Where another dataset's id was found: on a record of the repartition topic
+/// ([`JoinError::OtherDataset`]), or on an offset the router's group committed
+/// ([`JoinError::RouterOtherDataset`]).
 #[derive(Debug)]
 pub struct OtherDataset {
     /// The group.
     pub group: String,
-    /// The repartition topic.
+    /// The repartition topic, or the events topic of a router offset.
     pub topic: String,
-    /// The partition of the record.
+    /// The partition.
     pub partition: i32,
-    /// Its offset.
+    /// The record's offset, or the committed offset.
     pub offset: i64,
-    /// The dataset id it was routed for.
+    /// The other dataset's id.
     pub found: String,
     /// The dataset this joiner writes.
     pub path: String,

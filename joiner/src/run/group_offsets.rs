@@ -1,8 +1,13 @@
-//! The start-up check that the join group's committed offsets belong to this dataset. They are
-//! written for lag monitoring, after each checkpoint and never ahead of it, and the join
-//! consumer starts each partition at them. An offset committed beyond the dataset's checkpoint
-//! (or on a dataset with none) was committed for another dataset: the group was used with
-//! another `output.path`, and joining on would skip every record before it.
+//! The start-up checks that the groups' committed offsets belong to this dataset.
+//! - The join group's are written for lag monitoring, after each checkpoint and never ahead of
+//!   it, and the join consumer starts each partition at them. An offset committed beyond the
+//!   dataset's checkpoint (or on a dataset with none) was committed for another dataset: the
+//!   group was used with another `output.path`, and joining on would skip every record before
+//!   it.
+//! - The router's carry the id of the dataset they were routed for, as commit metadata. An
+//!   offset of another id means the same, and the router would resume after every event that
+//!   dataset had. The repartition records carry the id too, but they may have expired while
+//!   the offsets have not.
 
 use std::time::{Duration, Instant};
 
@@ -11,15 +16,15 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::error::{JoinError, client};
+use super::error::{JoinError, OtherDataset, client};
 use super::task::events_key;
 use crate::config::JoinerConfig;
 use crate::sink::Dataset;
 
-/// Refuses to start when the group has committed, for a partition of the feature-log topic
-/// or of the events input, an offset beyond this dataset's checkpoint of it. Blocks on the
-/// brokers and the dataset.
-pub(super) fn check_group_offsets(
+/// Refuses to start when the join group has committed, for a partition of the feature-log
+/// topic or of the events input, an offset beyond this dataset's checkpoint of it. Blocks on
+/// the brokers and the dataset.
+pub(super) fn check_join_group(
     config: &JoinerConfig,
     dataset: &Dataset,
     partitions: i32,
@@ -29,7 +34,14 @@ pub(super) fn check_group_offsets(
     // The committed offsets first: each was committed after a checkpoint at least as far,
     // so checkpoints read afterwards are as far, even while other processes of the group
     // commit meanwhile.
-    let committed = committed_offsets(config, &[&features, &events], partitions)?;
+    let consumer = offsets_reader(config, &config.group)?;
+    let mut tpl = TopicPartitionList::new();
+    for topic in [&features, &events] {
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+    }
+    let committed = committed_offsets(&consumer, tpl)?;
     let key = events_key(config.input.events_partitioning);
     let at = |topic: &str, p: i32| match committed.find_partition(topic, p)?.offset() {
         Offset::Offset(at) if at > 0 => Some(at),
@@ -63,27 +75,72 @@ pub(super) fn check_group_offsets(
     Ok(())
 }
 
-/// The join group's committed offsets of partitions `0..partitions` of `topics`, asked by a
-/// consumer that does not join the group.
-fn committed_offsets(
+/// Refuses to start when the router's group has committed an offset of an events topic for a
+/// dataset other than `dataset_id`. An offset without an id was committed by a router that did
+/// not give one, and is accepted. Blocks on the brokers.
+pub(super) fn check_router_group(
     config: &JoinerConfig,
-    topics: &[&str],
-    partitions: i32,
-) -> Result<TopicPartitionList, JoinError> {
-    let consumer: BaseConsumer = config
-        .kafka
-        .client_config(&[
-            ("group.id", config.group.as_str()),
-            ("enable.auto.commit", "false"),
-        ])
-        .create()
-        .map_err(client("creating a consumer to read the group's offsets"))?;
+    dataset: &Dataset,
+    dataset_id: &str,
+) -> Result<(), JoinError> {
+    let group = config.router_group();
+    let consumer = offsets_reader(config, &group)?;
     let mut tpl = TopicPartitionList::new();
-    for topic in topics {
-        for p in 0..partitions {
-            tpl.add_partition(topic, p);
+    for topic in config.input.events_topic.names() {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .map_err(client("reading the events topics' partitions"))?;
+        for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
+            for p in t.partitions() {
+                tpl.add_partition(topic, p.id());
+            }
         }
     }
+    if tpl.count() == 0 {
+        return Ok(());
+    }
+    let committed = committed_offsets(&consumer, tpl)?;
+    let other = committed.elements().into_iter().find(|e| {
+        matches!(e.offset(), Offset::Offset(_))
+            && !e.metadata().is_empty()
+            && e.metadata() != dataset_id
+    });
+    match other {
+        Some(e) => Err(JoinError::RouterOtherDataset(Box::new(OtherDataset {
+            group: config.group.clone(),
+            topic: e.topic().to_owned(),
+            partition: e.partition(),
+            offset: e.offset().to_raw().unwrap_or_default(),
+            found: e.metadata().to_owned(),
+            path: dataset.root().display().to_string(),
+            expected: dataset_id.to_owned(),
+        }))),
+        None => Ok(()),
+    }
+}
+
+/// A consumer that reads `group`'s committed offsets without joining it.
+fn offsets_reader(config: &JoinerConfig, group: &str) -> Result<BaseConsumer, JoinError> {
+    config
+        .kafka
+        .client_config(&[
+            ("group.id", group),
+            ("enable.auto.commit", "false"),
+            // With `read_committed`, librdkafka asks for stable offsets only, and the broker
+            // holds the answer while a transaction commits offsets: one a killed router left
+            // open waits for its timeout or for the next router, which starts after this
+            // check. The offsets committed before it are the ones to check.
+            ("isolation.level", "read_uncommitted"),
+        ])
+        .create()
+        .map_err(client("creating a consumer to read a group's offsets"))
+}
+
+/// The committed offsets of `tpl`'s partitions.
+fn committed_offsets(
+    consumer: &BaseConsumer,
+    tpl: TopicPartitionList,
+) -> Result<TopicPartitionList, JoinError> {
     // A new broker, or one just restarted, answers "not coordinator" until the group's
     // coordinator is loaded: asked again until it is, as librdkafka does for a group member.
     let deadline = Instant::now() + Duration::from_secs(60);

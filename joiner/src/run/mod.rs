@@ -5,7 +5,8 @@
 //! consumer and calls the dataset and librdkafka's blocking calls directly; [`run`] is async
 //! for its callers (it also serves the metrics endpoint) and awaits the stages' threads.
 //!
-//! - `start`: the checks before either stage runs; `supervise`: a stage's panic or fence;
+//! - `start`: the checks before either stage runs (`group_offsets` and `oldest_marks`: that
+//!   the group serves this dataset); `supervise`: a stage's panic or fence;
 //!   `thread`: the stages' threads and the waits that end at shutdown.
 //! - `router`, `router_progress`, `router_txn`, `repartition`: the router stage and the
 //!   records it writes to the repartition topic.
@@ -21,6 +22,7 @@ mod flush;
 mod group_offsets;
 mod inputs;
 mod join;
+mod oldest_marks;
 mod partitions;
 mod queues;
 mod reading;

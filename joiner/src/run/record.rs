@@ -9,13 +9,13 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
 
 use super::consumer::fatal;
-use super::error::{JoinError, OtherDataset};
+use super::error::JoinError;
 use super::join::{Join, Running};
 use super::partitions::check_partitions;
 use super::reading::Positions;
 use super::repartition::{
-    DATASET_HEADER, EVENTS_HEADER, PROGRESS_HEADER, RoutedEvents, RouterProgress, has_header,
-    header_value, murmur2_partition,
+    EVENTS_HEADER, PROGRESS_HEADER, RoutedEvents, RouterProgress, has_header, murmur2_partition,
+    same_dataset,
 };
 use super::task::{Task, decode_event, in_sample};
 use crate::align::Input;
@@ -64,7 +64,12 @@ pub(super) fn receive(
         return Ok(());
     }
     if input == Input::Events && !join.direct {
-        same_dataset(join, &message)?;
+        same_dataset(
+            &message,
+            &join.dataset_id,
+            &join.config.group,
+            &join.dataset,
+        )?;
     }
     *task.next.get_mut(input) = message.offset() + 1;
     task.dirty = true;
@@ -78,25 +83,6 @@ pub(super) fn receive(
         join.follow_fence(&mut running.tasks, p, running.event_sources)?;
     }
     Ok(())
-}
-
-/// Refuses a repartition record routed for another dataset. A record without the mark was
-/// routed before records had one, under the same rule that a group serves one dataset.
-fn same_dataset(join: &Join, message: &BorrowedMessage<'_>) -> Result<(), JoinError> {
-    match header_value(message, DATASET_HEADER) {
-        Some(id) if id != join.dataset_id.as_bytes() => {
-            Err(JoinError::OtherDataset(Box::new(OtherDataset {
-                group: join.config.group.clone(),
-                topic: join.topics.events.clone(),
-                partition: message.partition(),
-                offset: message.offset(),
-                found: String::from_utf8_lossy(id).into_owned(),
-                path: join.dataset.root().display().to_string(),
-                expected: join.dataset_id.clone(),
-            })))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// Joins a record of `input` by its kind; the rows it completes.

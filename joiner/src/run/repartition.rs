@@ -11,8 +11,9 @@ use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord};
 
-use super::error::{JoinError, client};
+use super::error::{JoinError, OtherDataset, client};
 use crate::event::{Event, EventKind};
+use crate::sink::Dataset;
 
 /// An app event as the router passes it on.
 pub(super) fn to_impression(e: Event) -> Impression {
@@ -63,9 +64,9 @@ pub(super) const EVENTS_HEADER: &str = "featurelog-events";
 
 /// The header that marks every record of the repartition topic with the id of the dataset it
 /// was routed for ([`crate::sink::Dataset::recorded_id`]). A group's repartition topic and
-/// its router's offsets serve one dataset: a task that finds another dataset's records (the
-/// group reused for a new `output.path`) refuses them instead of joining against that
-/// dataset's events and progress.
+/// its router's offsets serve one dataset: start-up (`oldest_marks.rs`) and a task that finds
+/// another dataset's records (the group reused for a new `output.path`) refuse them instead of
+/// joining against that dataset's events and progress.
 pub(super) const DATASET_HEADER: &str = "featurelog-dataset";
 
 /// Where the router sends: the repartition topic, for one dataset.
@@ -212,6 +213,31 @@ pub(super) fn send_waiting(
 /// Config validation keeps `index` below 64; Kafka topics have far fewer than 2^20 partitions.
 pub(super) fn source_id(index: usize, partition: i32) -> i32 {
     ((index as i32) << 20) | partition
+}
+
+/// Refuses `message`, a record of the repartition topic, when it is marked for a dataset other
+/// than `expected`. A record without the mark was routed before records had one, under the
+/// same rule that a group serves one dataset.
+pub(super) fn same_dataset(
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    expected: &str,
+    group: &str,
+    dataset: &Dataset,
+) -> Result<(), JoinError> {
+    match header_value(message, DATASET_HEADER) {
+        Some(id) if id != expected.as_bytes() => {
+            Err(JoinError::OtherDataset(Box::new(OtherDataset {
+                group: group.to_owned(),
+                topic: message.topic().to_owned(),
+                partition: message.partition(),
+                offset: message.offset(),
+                found: String::from_utf8_lossy(id).into_owned(),
+                path: dataset.root().display().to_string(),
+                expected: expected.to_owned(),
+            })))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether `message` has a header `key`.

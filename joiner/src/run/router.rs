@@ -112,7 +112,7 @@ impl Router {
         shutdown: CancellationToken,
     ) -> Result<Self, JoinError> {
         let kafka: &KafkaConfig = &config.kafka;
-        let group = format!("{}.router", config.group);
+        let group = config.router_group();
         let consumer = group_consumer(
             &config,
             &group,
@@ -192,6 +192,7 @@ impl Router {
             &self.producer,
             &self.consumer,
             &mut routing.next,
+            &self.repartition.dataset,
             &self.shutdown,
         )?;
         Ok(())
@@ -224,6 +225,7 @@ impl Router {
                 &self.producer,
                 &self.consumer,
                 &mut routing.next,
+                &self.repartition.dataset,
                 &self.shutdown,
             )?
         {

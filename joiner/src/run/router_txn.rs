@@ -17,6 +17,8 @@ use super::thread::wait_unless_shutdown;
 
 /// Commits the router's open transaction with its input offsets; on an abortable error
 /// (a rebalance fenced the offsets), aborts and rewinds the consumer to what is committed.
+/// Each offset carries the dataset's id as its commit metadata, which start-up checks
+/// (`group_offsets.rs`): the offsets outlive the repartition records marked with it.
 /// Returns false when it aborted. A retriable error (the coordinator restarting, a request
 /// timing out during a broker outage) resumes the same step until it succeeds, as librdkafka
 /// asks, or until shutdown: giving up there would stop the joiner over a passing outage.
@@ -24,14 +26,16 @@ pub(super) fn commit_router(
     producer: &BaseProducer,
     consumer: &BaseConsumer<JoinContext>,
     next: &mut HashMap<String, HashMap<i32, i64>>,
+    dataset: &str,
     shutdown: &CancellationToken,
 ) -> Result<bool, JoinError> {
     let mut offsets = TopicPartitionList::new();
     for (topic, partitions) in next.iter() {
         for (partition, offset) in partitions {
-            offsets
-                .add_partition_offset(topic, *partition, Offset::Offset(*offset))
+            let mut at = offsets.add_partition(topic, *partition);
+            at.set_offset(Offset::Offset(*offset))
                 .map_err(client("building router offsets"))?;
+            at.set_metadata(dataset);
         }
     }
     next.clear();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::JoinError;
-use super::group_offsets::check_group_offsets;
+use super::group_offsets::{check_join_group, check_router_group};
+use super::oldest_marks::check_oldest_marks;
 use super::recover::same_partitioning;
 use super::supervise::outcome;
 use crate::config::{EventsPartitioning, HeldLogs, JoinerConfig, OutputFormat};
@@ -165,11 +166,21 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
         })
         .await?;
     }
-    // After the partitioning check, whose error says more when the events input changed.
-    {
-        let (config, dataset) = (config.clone(), dataset.clone());
-        start_up_io(move || check_group_offsets(&config, &dataset, partitions)).await?;
-    }
+    // After the partitioning check, whose error says more when the events input changed. The
+    // checks only read, each in a few round trips to the brokers: asked together, they delay
+    // the start by the longest one. The join group's offsets speak first when several refuse.
+    let (join_group, router_group, marks) = {
+        let (c, d) = (config.clone(), dataset.clone());
+        let join_group = start_up_io(move || check_join_group(&c, &d, partitions));
+        let (c, d, id) = (config.clone(), dataset.clone(), dataset_id.clone());
+        let router_group = check_unless(direct, move || check_router_group(&c, &d, &id));
+        let (c, d, id) = (config.clone(), dataset.clone(), dataset_id.clone());
+        let marks = check_unless(direct, move || check_oldest_marks(&c, &d, &id, partitions));
+        tokio::join!(join_group, router_group, marks)
+    };
+    join_group?;
+    router_group?;
+    marks?;
     tracing::info!(%features, partitions, %events, event_sources, events_partitioning = ?config.input.events_partitioning, held_in_topic, %dataset_id, "joiner starting");
     Ok(Started {
         partitions,
@@ -197,6 +208,17 @@ pub(super) async fn start_up_io<T: Send + 'static>(
             message: "cancelled".into(),
         })
     })
+}
+
+/// Runs `check` through [`start_up_io`], unless `skip`.
+async fn check_unless(
+    skip: bool,
+    check: impl FnOnce() -> Result<(), JoinError> + Send + 'static,
+) -> Result<(), JoinError> {
+    if skip {
+        return Ok(());
+    }
+    start_up_io(check).await
 }
 
 /// Whether checkpoints refer to held feature logs by their offsets in the feature-log topic
