@@ -247,6 +247,15 @@ impl Joiner {
     }
 
     fn start_with_env(config: &Path, env: &[(&str, String)]) -> Self {
+        Self::spawn(config, env, Stdio::inherit())
+    }
+
+    /// Started with its log written to `log` instead of the test's output.
+    fn start_logging_to(config: &Path, log: &Path) -> Self {
+        Self::spawn(config, &[], std::fs::File::create(log).unwrap().into())
+    }
+
+    fn spawn(config: &Path, env: &[(&str, String)], stderr: Stdio) -> Self {
         Joiner(
             Command::new(env!("CARGO_BIN_EXE_featurelog"))
                 .args(["join", "--config", config.to_str().unwrap()])
@@ -258,7 +267,7 @@ impl Joiner {
                     std::env::var("FEATURELOG_TEST_JOINER_LOG").unwrap_or_else(|_| "warn".into()),
                 )
                 .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
+                .stderr(stderr)
                 .spawn()
                 .unwrap(),
         )

@@ -131,11 +131,15 @@ pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
         config
     };
     let first = s.dir.path().join("dataset");
-    let joiner = Joiner::start(&config("first", &first));
+    let log = s.dir.path().join("first.log");
+    let joiner = Joiner::start_logging_to(&config("first", &first), &log);
     let d = wait_for_rows(&first, s.expected.len(), "the first dataset").await;
     check_exact(&d, &s.expected, "the first dataset");
     wait_group_offsets(&s.kafka.config, &group, &s.features).await;
     assert!(joiner.terminate().success());
+    // Its start-up checks, on a new group and an empty repartition topic, alarm no operator.
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains(" ERROR "), "errors logged: {log}");
 
     // The group's offsets are ahead of the new dataset's (none).
     let second = s.dir.path().join("dataset-2");
