@@ -40,6 +40,7 @@ pub(super) fn check_oldest_marks(
             ("group.id", config.group.as_str()),
             ("enable.auto.commit", "false"),
             ("enable.partition.eof", "true"),
+            // Records expiring between the lookup and the fetch: the oldest left.
             ("auto.offset.reset", "earliest"),
             // As the tasks read: records of aborted router transactions are not the topic's.
             ("isolation.level", "read_committed"),
@@ -49,12 +50,15 @@ pub(super) fn check_oldest_marks(
         ])
         .create_with_context(EndsAreNoErrors)
         .map_err(client("creating a consumer to read the repartition topic"))?;
+    let deadline = Instant::now() + WAIT;
+    // The partitions' leaders known first: asked before, librdkafka's lookup of the oldest
+    // offsets failed and was retried half a second later, on every start.
+    if let Err(err) = consumer.fetch_metadata(Some(&topic), WAIT) {
+        tracing::debug!(%err, %topic, "reading the repartition topic's leaders");
+    }
     let mut tpl = TopicPartitionList::new();
-    // From offset 0 rather than `Beginning`, whose lookup of the oldest offset took librdkafka
-    // half a second: a topic whose oldest records expired starts from its oldest one
-    // (`auto.offset.reset`) after that lookup.
     for p in 0..partitions {
-        tpl.add_partition_offset(&topic, p, Offset::Offset(0))
+        tpl.add_partition_offset(&topic, p, Offset::Beginning)
             .map_err(client("assigning the repartition topic"))?;
     }
     consumer
@@ -62,7 +66,6 @@ pub(super) fn check_oldest_marks(
         .map_err(client("assigning the repartition topic"))?;
     let mut left: BTreeSet<i32> = (0..partitions).collect();
     let mut last_error = None;
-    let deadline = Instant::now() + WAIT;
     while !left.is_empty() {
         if Instant::now() >= deadline {
             tracing::warn!(%topic, partitions = ?left, error = ?last_error, "the oldest records of the repartition topic did not come within {WAIT:?}: the tasks check them as they read");
