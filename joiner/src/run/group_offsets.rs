@@ -75,29 +75,22 @@ pub(super) fn check_join_group(
     Ok(())
 }
 
-/// Refuses to start when the router's group has committed an offset of an events topic for a
-/// dataset other than `dataset_id`. An offset without an id was committed by a router that did
-/// not give one, and is accepted. Blocks on the brokers.
+/// Refuses to start when the router's group has committed an offset of an events topic (each
+/// with its partition count, in `events`) for a dataset other than `dataset_id`. An offset
+/// without an id was committed by a router that did not give one, and is accepted. Blocks on
+/// the brokers.
 pub(super) fn check_router_group(
     config: &JoinerConfig,
     dataset: &Dataset,
     dataset_id: &str,
+    events: &[(String, i32)],
 ) -> Result<(), JoinError> {
-    let group = config.router_group();
-    let consumer = offsets_reader(config, &group)?;
+    let consumer = offsets_reader(config, &config.router_group())?;
     let mut tpl = TopicPartitionList::new();
-    for topic in config.input.events_topic.names() {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .map_err(client("reading the events topics' partitions"))?;
-        for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
-            for p in t.partitions() {
-                tpl.add_partition(topic, p.id());
-            }
+    for (topic, partitions) in events {
+        for p in 0..*partitions {
+            tpl.add_partition(topic, p);
         }
-    }
-    if tpl.count() == 0 {
-        return Ok(());
     }
     let committed = committed_offsets(&consumer, tpl)?;
     let other = committed.elements().into_iter().find(|e| {

@@ -35,13 +35,14 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
             .await?
             .ok_or_else(|| JoinError::NoTopic(features.clone()))?;
     // Every partition of every events topic is a source of the events' watermark.
-    let mut event_sources = 0;
+    let mut events_partitions = Vec::new();
     for topic in config.input.events_topic.names() {
-        event_sources +=
-            featurelog_kafka::admin::partition_count(kafka, topic, Duration::from_secs(30))
-                .await?
-                .ok_or_else(|| JoinError::NoEventsTopic(topic.clone()))?;
+        let count = featurelog_kafka::admin::partition_count(kafka, topic, Duration::from_secs(30))
+            .await?
+            .ok_or_else(|| JoinError::NoEventsTopic(topic.clone()))?;
+        events_partitions.push((topic.clone(), count));
     }
+    let event_sources: i32 = events_partitions.iter().map(|(_, count)| count).sum();
     let events = config.input.events_topic.joined();
     let direct = config.input.events_partitioning == EventsPartitioning::ByRequestId;
     if direct && event_sources != partitions {
@@ -173,7 +174,9 @@ pub(super) async fn start(config: &Arc<JoinerConfig>) -> Result<Started, JoinErr
         let (c, d) = (config.clone(), dataset.clone());
         let join_group = start_up_io(move || check_join_group(&c, &d, partitions));
         let (c, d, id) = (config.clone(), dataset.clone(), dataset_id.clone());
-        let router_group = check_unless(direct, move || check_router_group(&c, &d, &id));
+        let router_group = check_unless(direct, move || {
+            check_router_group(&c, &d, &id, &events_partitions)
+        });
         let (c, d, id) = (config.clone(), dataset.clone(), dataset_id.clone());
         let marks = check_unless(direct, move || check_oldest_marks(&c, &d, &id, partitions));
         tokio::join!(join_group, router_group, marks)
