@@ -210,6 +210,38 @@ pub(super) async fn a_group_used_with_a_new_output_path_is_refused() {
     );
 }
 
+/// Router offsets committed without a dataset id, as a router that gave none committed them,
+/// are accepted: the joiner starts over them and writes every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+pub(super) async fn router_offsets_without_a_dataset_id_are_accepted() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+    let Some(kafka) = kafka("router_offsets_without_a_dataset_id_are_accepted") else {
+        return;
+    };
+    let s = setup(kafka, 4, 1).await;
+    let group = s.kafka.unique_group("joiner-unmarked");
+    // Offset 0 of every events partition: nothing is skipped.
+    let router: BaseConsumer = s
+        .kafka
+        .config
+        .client_config(&[("group.id", &format!("{group}.router"))])
+        .create()
+        .unwrap();
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        offsets
+            .add_partition_offset(&s.events, p, rdkafka::Offset::Offset(0))
+            .unwrap();
+    }
+    router.commit(&offsets, CommitMode::Sync).unwrap();
+    drop(router);
+    let out = s.dir.path().join("dataset");
+    let joiner = Joiner::start(&s.joiner_config("unmarked", &group, &out));
+    let d = wait_for_rows(&out, s.expected.len(), "over unmarked router offsets").await;
+    check_exact(&d, &s.expected, "over unmarked router offsets");
+    assert!(joiner.terminate().success());
+}
+
 /// Waits until `group` has committed an offset of `topic`: its lag is below the topic's length.
 async fn wait_group_offsets(kafka: &KafkaConfig, group: &str, topic: &str) {
     let ends = record_ends(kafka, topic);
