@@ -35,13 +35,13 @@ pub(super) fn check_join_group(
     // so checkpoints read afterwards are as far, even while other processes of the group
     // commit meanwhile.
     let consumer = offsets_reader(config, &config.group)?;
-    let mut tpl = TopicPartitionList::new();
-    for topic in [&features, &events] {
-        for p in 0..partitions {
-            tpl.add_partition(topic, p);
-        }
-    }
-    let committed = committed_offsets(&consumer, tpl)?;
+    let committed = committed_offsets(
+        &consumer,
+        [
+            (features.as_str(), partitions),
+            (events.as_str(), partitions),
+        ],
+    )?;
     let key = events_key(config.input.events_partitioning);
     let at = |topic: &str, p: i32| match committed.find_partition(topic, p)?.offset() {
         Offset::Offset(at) if at > 0 => Some(at),
@@ -86,13 +86,10 @@ pub(super) fn check_router_group(
     events: &[(String, i32)],
 ) -> Result<(), JoinError> {
     let consumer = offsets_reader(config, &config.router_group())?;
-    let mut tpl = TopicPartitionList::new();
-    for (topic, partitions) in events {
-        for p in 0..*partitions {
-            tpl.add_partition(topic, p);
-        }
-    }
-    let committed = committed_offsets(&consumer, tpl)?;
+    let committed = committed_offsets(
+        &consumer,
+        events.iter().map(|(topic, count)| (topic.as_str(), *count)),
+    )?;
     let other = committed.elements().into_iter().find(|e| {
         matches!(e.offset(), Offset::Offset(_))
             && !e.metadata().is_empty()
@@ -129,11 +126,17 @@ fn offsets_reader(config: &JoinerConfig, group: &str) -> Result<BaseConsumer, Jo
         .map_err(client("creating a consumer to read a group's offsets"))
 }
 
-/// The committed offsets of `tpl`'s partitions.
-fn committed_offsets(
+/// The committed offsets of every partition of `topics`, each given with its partition count.
+fn committed_offsets<'a>(
     consumer: &BaseConsumer,
-    tpl: TopicPartitionList,
+    topics: impl IntoIterator<Item = (&'a str, i32)>,
 ) -> Result<TopicPartitionList, JoinError> {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partitions) in topics {
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+    }
     // A new broker, or one just restarted, answers "not coordinator" until the group's
     // coordinator is loaded: asked again until it is, as librdkafka does for a group member.
     let deadline = Instant::now() + Duration::from_secs(60);
